@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Fetch Apache Kafka (KRaft) jars from Maven Central into the cache: libs/ for `java -cp 'libs/*'`.
+set -euo pipefail
+CACHE=${SHOAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shoal}
+V=${SHOAL_KAFKA_VERSION:-4.1.1}
+LOG4J=${SHOAL_LOG4J_VERSION:-2.25.3}
+DIR=$CACHE/kafka-$V
+if [ -f "$DIR/.done" ]; then echo "kafka $V: cached"; exit 0; fi
+mkdir -p "$DIR"
+cat > "$DIR/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>shoal.local</groupId><artifactId>kafka-fetch</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$V</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>$LOG4J</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$LOG4J</version></dependency>
+  </dependencies>
+</project>
+POM
+echo "kafka $V: fetching jars from Maven Central"
+mvn -q -B -f "$DIR/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
+  org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+  -DincludeScope=runtime -DoutputDirectory="$DIR/libs.tmp"
+rm -rf "$DIR/libs"; mv "$DIR/libs.tmp" "$DIR/libs"
+touch "$DIR/.done"
+echo "kafka $V: ready in $DIR/libs"
