@@ -1,0 +1,284 @@
+"""Immutable snapshot types: the one input of the scheduling core.
+
+Everything is plain data in integer units (millicores, bytes, MiB, milli-GPU, whole GPU devices);
+`now` and `revision` are data too. Build a snapshot with `make_snapshot(...)`, which sorts every
+collection by id so the same cluster always gives the same snapshot, whatever the input order.
+
+Schema evolution: fields are only ever added, with defaults; nothing is renamed.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+# ---- well-known keys and values -------------------------------------------------------------------
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+LABEL_TASK_PRIORITY = "kai.scheduler/task-priority"
+LABEL_KUBEFLOW_ROLE = "training.kubeflow.org/job-role"
+LABEL_RAY_NODE_TYPE = "ray.io/node-type"
+LABEL_GPU_GROUP = "runai-gpu-group"
+ANNOTATION_LAST_START = "kai.scheduler/last-start-timestamp"
+ANNOTATION_STALE = "kai.scheduler/stale-podgroup-timestamp"
+ANNOTATION_LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
+DEFAULT_RESERVATION_NAMESPACE = "kai-resource-reservation"
+
+PHASE_PENDING = "Pending"
+PHASE_RUNNING = "Running"
+PHASE_SUCCEEDED = "Succeeded"
+PHASE_FAILED = "Failed"
+
+UNLIMITED = -1
+DEFAULT_PRIORITY = 50
+DEFAULT_QUEUE_PRIORITY = 100
+NON_PREEMPTIBLE_PRIORITY = 100
+
+ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+
+
+class Taint(msgspec.Struct, frozen=True, kw_only=True):
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+class Toleration(msgspec.Struct, frozen=True, kw_only=True):
+    key: str = ""  # empty key + operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+
+class NodeSelectorRequirement(msgspec.Struct, frozen=True, kw_only=True):
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+class NodeSelectorTerm(msgspec.Struct, frozen=True, kw_only=True):
+    """All requirements of one term must hold (AND); a pod's terms are ORed."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+
+
+class Node(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    pool: str = ""
+    labels: dict[str, str] = {}
+    taints: tuple[Taint, ...] = ()
+    cpu_milli: int = 0  # allocatable
+    memory_bytes: int = 0
+    pods: int = 110
+    gpus: int = 0  # whole devices
+    gpu_memory_mib: int | None = None  # from label nvidia.com/gpu.memory; None when missing
+    ready: bool = True
+    unschedulable: bool = False  # cordoned
+    mig_enabled: bool = False
+
+
+class FractionRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A shared-GPU request: exactly one of portion_milli / gpu_memory_mib is set."""
+
+    portion_milli: int | None = None  # gpu-fraction "0.5" -> 500 (0 < p < 1000)
+    gpu_memory_mib: int | None = None  # gpu-memory
+    num_devices: int = 1
+
+
+class Pod(msgspec.Struct, frozen=True, kw_only=True):
+    uid: str
+    namespace: str
+    name: str
+    pod_group: str = ""  # PodGroup name in the same namespace ("" = none)
+    subgroup: str | None = None  # kai.scheduler/subgroup-name
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0  # whole nvidia.com/gpu devices
+    fraction: FractionRequest | None = None
+    fraction_error: str | None = None  # invalid gpu-fraction/gpu-memory annotation, as text
+    node_selector: dict[str, str] = {}
+    affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity, ORed
+    tolerations: tuple[Toleration, ...] = ()
+    phase: str = PHASE_PENDING
+    node_name: str | None = None  # set = bound / binding / running there
+    nominated_node: str | None = None  # pipelined onto this node by an earlier cycle
+    gpu_groups: tuple[str, ...] = ()  # runai-gpu-group label(s) of a fractional pod
+    created: str | int = 0  # sortable (RFC3339 string or epoch)
+    task_priority: int | None = None  # kai.scheduler/task-priority
+    labels: dict[str, str] = {}
+    deleting: bool = False  # deletionTimestamp set: its resources are releasing
+    gated: bool = False  # has scheduling gates
+    managed: bool = True  # scheduled by Shoal (pods of other schedulers only count as used)
+    owner_kind: str | None = None
+    owner_name: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class SubGroup(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    parent: str | None = None  # None = child of the PodGroup's root
+    min_member: int | None = None  # leaves
+    min_subgroup: int | None = None  # mid-level; None = all children
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
+
+
+class PodGroup(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    name: str
+    uid: str = ""
+    queue: str = ""
+    min_member: int = 1
+    min_subgroup: int | None = None  # root level; None with subgroups = all children
+    subgroups: tuple[SubGroup, ...] = ()
+    priority_class_name: str = ""
+    priority: int | None = None  # resolved value; None = resolve from priority classes
+    preemptibility: str = ""  # "preemptible" | "non-preemptible" | "" (derive from priority)
+    created: str | int = 0
+    node_pool: str = ""
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
+    last_start_timestamp: str | None = None
+    stale_timestamp: str | None = None
+    last_eviction_timestamp: str | None = None
+    preemption_delay_s: int | None = None
+    staleness_grace_s: int | None = None
+    mark_unschedulable: bool = True
+    scheduling_backoff: int = -1
+    condition_reason: str | None = None  # current schedulingConditions[0].reasons[0] (for clearing)
+    annotations: dict[str, str] = {}
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class QueueResource(msgspec.Struct, frozen=True, kw_only=True):
+    """Units: gpu in milli-GPU, cpu in millicores, memory in bytes. -1 = unlimited.
+
+    `limit=None` means the limit was omitted: Shoal reads it as limit = quota (SPEC §2.1).
+    """
+
+    quota: int = 0
+    limit: int | None = None
+    weight: float = 1.0
+
+    @property
+    def effective_limit(self) -> int:
+        return self.quota if self.limit is None else self.limit
+
+
+class Queue(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    parent: str | None = None
+    display_name: str = ""
+    priority: int = DEFAULT_QUEUE_PRIORITY
+    created: str | int = 0
+    gpu: QueueResource = QueueResource(quota=UNLIMITED, limit=UNLIMITED)
+    cpu: QueueResource = QueueResource(quota=UNLIMITED, limit=UNLIMITED)
+    memory: QueueResource = QueueResource(quota=UNLIMITED, limit=UNLIMITED)
+    preempt_min_runtime_s: int | None = None
+    reclaim_min_runtime_s: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
+
+
+class PriorityClass(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    value: int
+    global_default: bool = False
+
+
+class QueueUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """Normalised historical usage in [0, 1] per resource (time-based fair share)."""
+
+    queue: str
+    gpu: float = 0.0
+    cpu: float = 0.0
+    memory: float = 0.0
+
+
+class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = "default"
+    gpu_placement: str = "binpack"  # binpack | spread
+    cpu_placement: str = "binpack"
+    actions: tuple[str, ...] = ALL_ACTIONS
+    reservation_namespace: str = DEFAULT_RESERVATION_NAMESPACE
+    k_value: float = 1.0
+    usage: tuple[QueueUsage, ...] = ()
+    preempt_min_runtime_s: int = 0
+    reclaim_min_runtime_s: int = 0
+    reclaim_resolve_method: str = "lca"
+    default_staleness_grace_s: int = 60
+    max_consolidation_preemptees: int = 16
+    victim_budget: int = 10_000
+    queue_depth_per_action: dict[str, int] = {}
+    stuck_in_releasing_s: int = 120
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    nodes: tuple[Node, ...] = ()
+    pods: tuple[Pod, ...] = ()
+    pod_groups: tuple[PodGroup, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    priority_classes: tuple[PriorityClass, ...] = ()
+    config: ShardConfig = ShardConfig()
+    now: str | int = 0  # RFC3339 string or epoch seconds
+    revision: int = 0
+
+
+def make_snapshot(
+    *,
+    nodes=(),
+    pods=(),
+    pod_groups=(),
+    queues=(),
+    priority_classes=(),
+    config: ShardConfig | None = None,
+    now: str | int = 0,
+    revision: int = 0,
+) -> Snapshot:
+    """Build a Snapshot with every collection sorted by its id (input order never matters)."""
+    return Snapshot(
+        nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+        pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name, p.uid))),
+        pod_groups=tuple(sorted(pod_groups, key=lambda g: (g.namespace, g.name))),
+        queues=tuple(sorted(queues, key=lambda q: q.name)),
+        priority_classes=tuple(sorted(priority_classes, key=lambda c: c.name)),
+        config=config if config is not None else ShardConfig(),
+        now=now,
+        revision=revision,
+    )
+
+
+def resolve_priority(group: PodGroup, classes: dict[str, PriorityClass], default: int | None = None) -> int:
+    """§1.4: the class value, else the globalDefault class's value, else 50."""
+    if group.priority is not None:
+        return group.priority
+    pc = classes.get(group.priority_class_name)
+    if pc is not None:
+        return pc.value
+    if default is not None:
+        return default
+    return DEFAULT_PRIORITY
+
+
+def global_default_priority(classes: dict[str, PriorityClass]) -> int | None:
+    for pc in sorted(classes.values(), key=lambda c: c.name):
+        if pc.global_default:
+            return pc.value
+    return None
+
+
+def is_preemptible(group: PodGroup, priority: int) -> bool:
+    """§4.8: spec.preemptibility wins, else priority < 100."""
+    if group.preemptibility == "preemptible":
+        return True
+    if group.preemptibility == "non-preemptible":
+        return False
+    return priority < NON_PREEMPTIBLE_PRIORITY
