@@ -1,0 +1,94 @@
+"""Kubernetes objects → one shard's snapshot objects (pure).
+
+The snapshot keeps each object in manifest shape (apiVersion, kind, metadata, spec, status),
+trimmed to what the scheduling core reads, so a snapshot can be dumped and replayed with
+`shoal simulate`. Shard = node pool: nodes labelled `kai.scheduler/node-pool=<shard>` (nodes
+without the label belong to the `default` shard); pods and PodGroups by the same label; queues,
+priority classes, topologies and PDBs are cluster-wide and go to every shard. Pods of other
+schedulers count only when they are bound to one of the shard's nodes (they use its resources).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+POOL_LABEL = "kai.scheduler/node-pool"
+DEFAULT_SHARD = "default"
+
+_META_KEYS = ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp",
+              "deletionTimestamp", "deletionGracePeriodSeconds", "ownerReferences", "resourceVersion")
+_POD_SPEC_KEYS = ("nodeName", "schedulerName", "containers", "initContainers", "nodeSelector", "affinity",
+                  "tolerations", "priorityClassName", "priority", "overhead", "runtimeClassName",
+                  "schedulingGates", "terminationGracePeriodSeconds")
+_CONTAINER_KEYS = ("name", "resources")
+_CLUSTER_WIDE = frozenset({"Queue", "PriorityClass", "Topology", "PodDisruptionBudget", "SchedulerConfig"})
+
+
+def trim_meta(meta: Mapping) -> dict:
+    return {k: meta[k] for k in _META_KEYS if meta.get(k) not in (None, {}, [])}
+
+
+def trim(obj: Mapping) -> dict:
+    """An object as the snapshot keeps it."""
+    kind = obj.get("kind", "")
+    out = {"apiVersion": obj.get("apiVersion", ""), "kind": kind, "metadata": trim_meta(obj.get("metadata") or {})}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if kind == "Pod":
+        pod_spec = {k: spec[k] for k in _POD_SPEC_KEYS if spec.get(k) not in (None, {}, [])}
+        for key in ("containers", "initContainers"):
+            if key in pod_spec:
+                pod_spec[key] = [{k: c[k] for k in _CONTAINER_KEYS if k in c} for c in pod_spec[key]]
+        out["spec"] = pod_spec
+        out["status"] = {k: status[k] for k in ("phase", "nominatedNodeName", "startTime") if status.get(k)}
+    elif kind == "Node":
+        out["spec"] = {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)}
+        out["status"] = {k: status[k] for k in ("allocatable", "capacity", "conditions") if status.get(k)}
+    else:
+        if spec:
+            out["spec"] = spec
+        if kind == "PodGroup" and status:
+            out["status"] = status
+    return out
+
+
+def shard_of(obj: Mapping) -> str:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(POOL_LABEL) or DEFAULT_SHARD
+
+
+def shard_objects(objects: Iterable[Mapping], shard: str, scheduler_name: str) -> list[dict]:
+    """The trimmed objects of one shard, sorted by (kind, namespace, name) for a stable snapshot."""
+    objects = list(objects)
+    nodes = {o["metadata"]["name"] for o in objects if o.get("kind") == "Node" and shard_of(o) == shard}
+    out = []
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind == "Node":
+            keep = obj["metadata"]["name"] in nodes
+        elif kind == "Pod":
+            keep = _pod_in_shard(obj, shard, nodes, scheduler_name)
+        elif kind == "PodGroup":
+            keep = shard_of(obj) == shard
+        else:
+            keep = kind in _CLUSTER_WIDE
+        if keep:
+            out.append(trim(obj))
+    out.sort(key=lambda o: (o["kind"], o["metadata"].get("namespace", ""), o["metadata"].get("name", "")))
+    return out
+
+
+def _pod_in_shard(pod: Mapping, shard: str, nodes: set[str], scheduler_name: str) -> bool:
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return False
+    node = spec.get("nodeName")
+    if node:
+        return node in nodes
+    return spec.get("schedulerName") == scheduler_name and shard_of(pod) == shard
+
+
+def shards_of(objects: Iterable[Mapping]) -> list[str]:
+    """Every shard that has at least one node."""
+    return sorted({shard_of(o) for o in objects if o.get("kind") == "Node"})
