@@ -1,0 +1,107 @@
+"""Build or fetch the stack's binaries into the cache once; later calls only look at the cache."""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from shoal.devstack import paths
+from shoal.devstack.errors import DevStackError
+
+K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+# tool -> the fix a person should run when it is missing
+RUNTIME_TOOLS = {
+    "redis-server": "apt-get install -y --no-install-recommends redis-server",
+    "openssl": "apt-get install -y --no-install-recommends openssl",
+    "java": "apt-get install -y --no-install-recommends openjdk-17-jre-headless",
+}
+BUILD_TOOLS = {
+    "go": "install Go >= 1.24 (https://go.dev/dl) and put it on PATH",
+    "mvn": "apt-get install -y --no-install-recommends maven",
+}
+
+
+def _kafka_ready() -> bool:
+    return (paths.kafka_libs().parent / ".done").is_file() and paths.kafka_libs().is_dir()
+
+
+def missing_parts() -> list[str]:
+    """Names of the build scripts whose output is not in the cache yet."""
+    missing = []
+    if not paths.etcd_bin().is_file():
+        missing.append("build-etcd.sh")
+    if not all(paths.k8s_bin(b).is_file() for b in K8S_BINARIES):
+        missing.append("build-k8s.sh")
+    if not _kafka_ready():
+        missing.append("fetch-kafka.sh")
+    return missing
+
+
+def check_runtime_tools() -> None:
+    for tool, fix in RUNTIME_TOOLS.items():
+        if shutil.which(tool) is None:
+            raise DevStackError(f"{tool} not found on PATH: run `{fix}`")
+
+
+def _run_script(script: str, say: Callable[[str], None]) -> None:
+    needs = {"build-etcd.sh": ("go",), "build-k8s.sh": ("go",), "fetch-kafka.sh": ("mvn", "java")}[script]
+    for tool in needs:
+        if shutil.which(tool) is None:
+            raise DevStackError(
+                f"{tool} is needed to run {script} but is not on PATH: {BUILD_TOOLS.get(tool) or RUNTIME_TOOLS[tool]}"
+            )
+    log = paths.cache_dir() / "logs" / f"{script.removesuffix('.sh')}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    say(f"devstack: running {script} (cold cache; output in {log})")
+    started = time.monotonic()
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            ["bash", str(paths.SCRIPTS_DIR / script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            out.write(raw)
+            out.flush()
+            line = raw.decode(errors="replace").rstrip()
+            if not line.startswith("go: downloading"):
+                say(f"  {line}")
+        code = proc.wait()
+    took = time.monotonic() - started
+    if code != 0:
+        tail = _last_line(log)
+        raise DevStackError(f"{script} failed (exit {code}) after {took:.0f}s: {tail} (full log: {log})")
+    say(f"devstack: {script} done in {took:.0f}s")
+
+
+def _last_line(log: Path) -> str:
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+def ensure_binaries(say: Callable[[str], None] | None = None) -> None:
+    """Run the build/fetch scripts for whatever is missing from the cache (resumable; a no-op when warm).
+
+    Several processes may call this at once: a lock in the cache dir makes the second wait for the first.
+    """
+    say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    check_runtime_tools()
+    if not missing_parts():
+        return
+    cache = paths.cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".ensure.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("devstack: another process is building the cache; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        for script in missing_parts():
+            _run_script(script, say)
+    if missing_parts():
+        raise DevStackError(f"cache still incomplete after building: {', '.join(missing_parts())}")

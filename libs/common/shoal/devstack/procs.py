@@ -1,0 +1,196 @@
+"""Start, track and stop the stack's processes by pid; pick free loopback ports; wait for readiness.
+
+Every process the stack starts (servers, the fake kubelet, and later Shoal's own services) goes through
+`start_process`: its own session, stdout+stderr to a log file, pid written to `<state>/pids/<name>.pid`.
+`stop_process` only signals a pid whose command line still matches what was started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shoal.devstack.errors import DevStackError
+
+_PR_SET_PDEATHSIG = 1
+# Popen objects of children started by this process, so stopped children are reaped (no zombies).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+@dataclass
+class ProcessSpec:
+    """One process the stack supervises. `ready` is polled until it returns True (or raises)."""
+
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    ready: Callable[[], bool] | None = None
+    ready_timeout_s: float = 60.0
+
+
+def _die_with_parent() -> None:
+    """preexec hook: the child gets SIGKILL when the process that started it dies (tests only)."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def pid_file(state_dir: Path, name: str) -> Path:
+    return state_dir / "pids" / f"{name}.pid"
+
+
+def log_file(state_dir: Path, name: str) -> Path:
+    return state_dir / "logs" / f"{name}.log"
+
+
+def start_process(state_dir: Path, spec: ProcessSpec, *, tie_to_parent: bool = False) -> int:
+    """Start `spec` and wait until it is ready (see `launch` and `wait_ready`); return its pid."""
+    pid = launch(state_dir, spec, tie_to_parent=tie_to_parent)
+    wait_ready(state_dir, spec, pid)
+    return pid
+
+
+def launch(state_dir: Path, spec: ProcessSpec, *, tie_to_parent: bool = False) -> int:
+    """Start `spec` in its own session with its output in `<state>/logs/<name>.log`; return its pid at once.
+
+    With `tie_to_parent` the child is killed if the calling thread's process dies (pytest sessions); call
+    it from the main thread then.
+    """
+    log = log_file(state_dir, spec.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    pid_file(state_dir, spec.name).parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **spec.env}
+    try:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=spec.cwd,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if tie_to_parent else None,
+            )
+    except OSError as exc:
+        raise DevStackError(f"cannot start {spec.name} ({spec.argv[0]}): {exc.strerror}") from None
+    _CHILDREN[proc.pid] = proc
+    pid_file(state_dir, spec.name).write_text(f"{proc.pid}\n{spec.argv[0]}\n")
+    return proc.pid
+
+
+def wait_ready(state_dir: Path, spec: ProcessSpec, pid: int) -> None:
+    """Poll `spec.ready` until True; DevStackError naming the telling log line if it exits or times out."""
+    if spec.ready is None:
+        return
+    log = log_file(state_dir, spec.name)
+    proc = _CHILDREN.get(pid)
+    deadline = time.monotonic() + spec.ready_timeout_s
+    while True:
+        code = proc.poll() if proc is not None else (None if Path(f"/proc/{pid}").exists() else -1)
+        if code is not None:
+            raise DevStackError(
+                f"{spec.name} exited with code {code} while starting: {last_log_line(log)} (log: {log})"
+            )
+        try:
+            if spec.ready():
+                return
+        except DevStackError:
+            raise
+        except Exception:  # noqa: BLE001 - not ready yet: connection refused, 5xx, TLS not up
+            pass
+        if time.monotonic() > deadline:
+            raise DevStackError(
+                f"{spec.name} not ready after {spec.ready_timeout_s:.0f}s: {last_log_line(log)} (log: {log})"
+            )
+        time.sleep(0.1)
+
+
+def last_log_line(log: Path) -> str:
+    """The most telling line of a log: the last one mentioning an error, else the last line."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    for ln in reversed(lines[-200:]):
+        low = ln.lower()
+        if "address already in use" in low or "bind" in low and "in use" in low:
+            return "port already in use: " + ln[-300:]
+    for ln in reversed(lines[-60:]):
+        if any(word in ln.lower() for word in ("error", "fatal", "exception", "failed")):
+            return ln[-300:]
+    return lines[-1][-300:] if lines else "empty log"
+
+
+def read_pid(state_dir: Path, name: str) -> tuple[int, str] | None:
+    try:
+        pid_text, exe = pid_file(state_dir, name).read_text().split("\n")[:2]
+        return int(pid_text), exe
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int, exe: str) -> bool:
+    """True if `pid` runs and its command line still starts with `exe` (the pid was not reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    return bool(cmdline) and cmdline[0].decode(errors="replace") == exe
+
+
+def stop_process(state_dir: Path, name: str, timeout_s: float = 5.0) -> None:
+    """SIGTERM the recorded pid (only if it is still ours), SIGKILL after `timeout_s`, then reap it."""
+    found = read_pid(state_dir, name)
+    if found is None:
+        return
+    pid, exe = found
+    if alive(pid, exe):
+        _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while alive(pid, exe) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.05)
+        if alive(pid, exe):
+            _signal(pid, signal.SIGKILL)
+            while alive(pid, exe) and time.monotonic() < deadline + 5:
+                _reap(pid)
+                time.sleep(0.05)
+    _reap(pid)
+    pid_file(state_dir, name).unlink(missing_ok=True)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    proc = _CHILDREN.get(pid)
+    if proc is not None and proc.poll() is not None:
+        _CHILDREN.pop(pid, None)

@@ -1,0 +1,253 @@
+"""The whole local stack: start it under a state dir, describe it (StackInfo), report on it, stop it.
+
+    info = up(state_dir)          # etcd, kube-apiserver, kube-controller-manager, fake kubelet, Kafka, Redis
+    print(status(state_dir))      # each component, pid, alive
+    down(state_dir)               # stop by pid, remove the state dir
+
+Extra processes (Shoal's services, a demo workload) join through `start_extra(state_dir, ProcessSpec)`:
+same log/pid handling, listed in stack.json, stopped first by `down`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from shoal.devstack import components
+from shoal.devstack.binaries import ensure_binaries
+from shoal.devstack.errors import DevStackError
+from shoal.devstack.pki import make_pki, write_kubeconfig
+from shoal.devstack.procs import (
+    ProcessSpec,
+    alive,
+    free_port,
+    last_log_line,
+    launch,
+    read_pid,
+    start_process,
+    stop_process,
+    wait_ready,
+)
+
+INFO_FILE = "stack.json"
+# start order; `down` stops in reverse
+CORE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "fakekubelet", "kafka", "redis")
+
+
+@dataclass
+class StackInfo:
+    """How to reach a running stack. Saved as `<state_dir>/stack.json`."""
+
+    kubeconfig: str
+    kafka_bootstrap: str
+    redis_url: str
+    state_dir: str = ""
+    apiserver_url: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    extras: list[str] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        """The variables a process (or `StackInfo.from_env`) uses to attach to this stack."""
+        env = {
+            "SHOAL_KUBECONFIG": self.kubeconfig,
+            "KUBECONFIG": self.kubeconfig,
+            "SHOAL_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "SHOAL_REDIS_URL": self.redis_url,
+        }
+        if self.state_dir:
+            env["SHOAL_DEV_STATE_DIR"] = self.state_dir
+        return env
+
+    def save(self) -> None:
+        path = Path(self.state_dir) / INFO_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, state_dir: Path | str) -> StackInfo:
+        path = Path(state_dir) / INFO_FILE
+        try:
+            return cls(**json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise DevStackError(
+                f"no stack in {state_dir} (no {INFO_FILE}): start one with `shoal dev up`"
+            ) from None
+        except (ValueError, TypeError) as exc:
+            raise DevStackError(f"{path} is not a stack description: {exc}") from None
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> StackInfo | None:
+        """Attach to a running stack named by SHOAL_KUBECONFIG, SHOAL_KAFKA_BOOTSTRAP and SHOAL_REDIS_URL.
+
+        None when none of them is set; DevStackError when only some are, or the kubeconfig is missing.
+        """
+        env = os.environ if environ is None else environ
+        names = ("SHOAL_KUBECONFIG", "SHOAL_KAFKA_BOOTSTRAP", "SHOAL_REDIS_URL")
+        present = [n for n in names if env.get(n)]
+        if not present:
+            return None
+        if len(present) != len(names):
+            missing = ", ".join(n for n in names if not env.get(n))
+            raise DevStackError(
+                f"set all of {', '.join(names)} to attach to a running stack; missing: {missing}"
+            )
+        if not Path(env["SHOAL_KUBECONFIG"]).is_file():
+            raise DevStackError(f"SHOAL_KUBECONFIG={env['SHOAL_KUBECONFIG']} does not exist")
+        return cls(
+            kubeconfig=env["SHOAL_KUBECONFIG"],
+            kafka_bootstrap=env["SHOAL_KAFKA_BOOTSTRAP"],
+            redis_url=env["SHOAL_REDIS_URL"],
+            state_dir=env.get("SHOAL_DEV_STATE_DIR", ""),
+        )
+
+
+def up(
+    state_dir: Path,
+    *,
+    tie_to_parent: bool = False,
+    delete_delay_s: float = 1.0,
+    say: Callable[[str], None] | None = None,
+) -> StackInfo:
+    """Start every component under `state_dir` (which must not hold a running stack) and wait until ready.
+
+    On any failure the components already started are stopped again and DevStackError is raised.
+    With `tie_to_parent` the servers die with the calling process (what the pytest fixtures use).
+    """
+    say = say or (lambda _msg: None)
+    state_dir = Path(state_dir).resolve()
+    if any(row["alive"] for row in status(state_dir)):
+        raise DevStackError(f"a stack is already running in {state_dir}: run `shoal dev down` first")
+    ensure_binaries(say)
+    if state_dir.exists():
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True)
+    info = StackInfo(kubeconfig="", kafka_bootstrap="", redis_url="", state_dir=str(state_dir))
+    try:
+        _start_core(state_dir, info, tie_to_parent, delete_delay_s, say)
+    except BaseException:
+        _stop_all(state_dir, CORE_COMPONENTS)
+        raise
+    info.save()
+    return info
+
+
+def _start_core(
+    state: Path, info: StackInfo, tie: bool, delete_delay_s: float, say: Callable[[str], None]
+) -> None:
+    """Start the servers, overlapping the slow ones: Kafka's JVM boots while the apiserver does."""
+    began = time.monotonic()
+    launched: dict[str, tuple[ProcessSpec, int]] = {}
+
+    def launch_(spec: ProcessSpec) -> None:
+        launched[spec.name] = (spec, launch(state, spec, tie_to_parent=tie))
+        info.pids[spec.name] = launched[spec.name][1]
+        info.save()
+
+    def ready(name: str) -> None:
+        spec, pid = launched[name]
+        wait_ready(state, spec, pid)
+        say(f"devstack: {name} ready (pid {pid}, {time.monotonic() - began:.1f}s after start)")
+
+    kafka_port = free_port()
+    kafka_spec, kafka_format = components.kafka(state, kafka_port, free_port())
+    format_log = open(state / "kafka" / "format.log", "wb")  # noqa: SIM115 - closed below
+    formatting = subprocess.Popen(
+        kafka_format, stdout=format_log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        etcd_port, apiserver_port, redis_port = free_port(), free_port(), free_port()
+        info.ports.update(
+            {"etcd": etcd_port, "kube-apiserver": apiserver_port, "redis": redis_port, "kafka": kafka_port}
+        )
+        launch_(components.etcd(state, etcd_port, free_port()))
+        launch_(components.redis(state, redis_port))
+        info.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        pki = make_pki(state / "pki")
+        info.apiserver_url = f"https://127.0.0.1:{apiserver_port}"
+        kubeconfig = write_kubeconfig(state / "kubeconfig", info.apiserver_url, pki)
+        info.kubeconfig = str(kubeconfig)
+        ready("etcd")
+        launch_(components.apiserver(state, pki, etcd_port, apiserver_port))
+        if formatting.wait(timeout=60) != 0:
+            raise DevStackError(
+                f"kafka storage format failed: {last_log_line(state / 'kafka' / 'format.log')}"
+            )
+    finally:
+        if formatting.poll() is None:
+            formatting.kill()
+            formatting.wait()
+        format_log.close()
+    launch_(kafka_spec)
+    info.kafka_bootstrap = f"127.0.0.1:{kafka_port}"
+    ready("redis")
+    ready("kube-apiserver")
+    info.ports["kube-controller-manager"] = free_port()
+    launch_(components.controller_manager(pki, kubeconfig, info.ports["kube-controller-manager"]))
+    launch_(components.fake_kubelet(state, kubeconfig, delete_delay_s))
+    for name in ("kube-controller-manager", "fakekubelet", "kafka"):
+        ready(name)
+
+
+def start_extra(state_dir: Path, spec: ProcessSpec, *, tie_to_parent: bool = False) -> int:
+    """Start one more supervised process (e.g. a Shoal service) with the stack's env added to `spec.env`."""
+    info = StackInfo.load(state_dir)
+    spec.env = {**info.env(), **spec.env}
+    pid = start_process(Path(state_dir), spec, tie_to_parent=tie_to_parent)
+    info.pids[spec.name] = pid
+    if spec.name not in info.extras:
+        info.extras.append(spec.name)
+    info.save()
+    return pid
+
+
+def status(state_dir: Path) -> list[dict[str, object]]:
+    """One row per process recorded in the state dir: name, pid, alive, ready (None: no probe for it)."""
+    state_dir = Path(state_dir)
+    try:
+        info: StackInfo | None = StackInfo.load(state_dir)
+        names: Iterable[str] = [*info.pids]
+    except DevStackError:
+        info = None
+        names = [p.stem for p in sorted((state_dir / "pids").glob("*.pid"))]
+    rows: list[dict[str, object]] = []
+    for name in names:
+        found = read_pid(state_dir, name)
+        is_alive = bool(found and alive(*found))
+        ready = components.probe(name, state_dir, info.ports.get(name)) if info and is_alive else None
+        rows.append({"name": name, "pid": found[0] if found else None, "alive": is_alive, "ready": ready})
+    return rows
+
+
+def _stop_all(state_dir: Path, names: Iterable[str]) -> None:
+    for name in reversed(list(names)):
+        stop_process(state_dir, name, timeout_s=2.0 if name == "kafka" else 5.0)
+
+
+def down(state_dir: Path, *, keep_state: bool = False) -> list[str]:
+    """Stop every recorded process by pid (extras first, then the core in reverse order); remove the state.
+
+    Returns the names it stopped. Safe to call on a half-started or already stopped stack.
+    """
+    state_dir = Path(state_dir)
+    if not state_dir.exists():
+        return []
+    try:
+        info = StackInfo.load(state_dir)
+        extras = info.extras
+    except DevStackError:
+        extras = []
+    recorded = [p.stem for p in (state_dir / "pids").glob("*.pid")]
+    ordered = [n for n in CORE_COMPONENTS if n in recorded] + [n for n in extras if n in recorded]
+    ordered += [n for n in recorded if n not in ordered]
+    _stop_all(state_dir, ordered)
+    if not keep_state:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return ordered
