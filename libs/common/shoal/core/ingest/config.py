@@ -1,0 +1,158 @@
+"""The `SchedulerConfig` document (apiVersion shoal.io/v1alpha1) → model.ShardConfig.
+
+Schema (every field optional):
+
+    apiVersion: shoal.io/v1alpha1
+    kind: SchedulerConfig
+    metadata: {name: default}          # the shard name
+    spec:
+      placementStrategy: {gpu: binpack|spread, cpu: binpack|spread}
+      actions: [allocate, consolidation, reclaim, preempt, stalegangeviction]
+               # or KAI style: {reclaim: {enabled: false}, ...}
+      minRuntime: {preemptMinRuntime: 0s, reclaimMinRuntime: 0s}
+      reclaimResolveMethod: lca|queue
+      kValue: 1.0
+      usage: {<queue>: {gpu: 0.5, cpu: 0, memory: 0}}     # historical usage, 0..1
+      reservationNamespace: kai-resource-reservation
+      defaultStalenessGracePeriod: 60s
+      maxConsolidationPreemptees: 16
+      victimBudget: 10000
+      queueDepthPerAction: {reclaim: 100}
+      stuckInReleasingThreshold: 2m
+      schedulerNames: [shoal-scheduler, kai-scheduler]   # pods with these schedulerName are Shoal's
+      partitionLabelValue: ""          # only nodes/pod groups/queues of this node pool ("" = all)
+      schedulePeriod: 1s               # simulate: the clock advance per cycle
+
+Following SchedulingShard, `consolidation` is dropped from the enabled actions when either
+placement strategy is `spread`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shoal.core.ingest.common import IngestError, as_list, as_map, parse_duration
+from shoal.core.ingest.quantity import QuantityError, parse_number
+from shoal.core.model import ALL_ACTIONS, DEFAULT_RESERVATION_NAMESPACE, QueueUsage, ShardConfig
+
+API_VERSION = "shoal.io/v1alpha1"
+KIND = "SchedulerConfig"
+DEFAULT_SCHEDULER_NAMES = ("shoal-scheduler", "kai-scheduler")
+STRATEGIES = ("binpack", "spread")
+KNOWN_FIELDS = {
+    "placementStrategy", "actions", "minRuntime", "reclaimResolveMethod", "kValue", "usage",
+    "reservationNamespace", "defaultStalenessGracePeriod", "maxConsolidationPreemptees", "victimBudget",
+    "queueDepthPerAction", "stuckInReleasingThreshold", "schedulerNames", "partitionLabelValue",
+    "schedulePeriod",
+}
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """What ingest itself needs besides the core's ShardConfig."""
+
+    scheduler_names: tuple[str, ...] = DEFAULT_SCHEDULER_NAMES
+    partition: str = ""
+    schedule_period_s: int = 1
+
+
+def _number(value: object, field: str) -> float:
+    try:
+        return float(parse_number(value))
+    except QuantityError as exc:
+        raise IngestError(field, str(exc)) from None
+
+
+def _positive_int(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise IngestError(field, "must be an integer >= 0")
+    return value
+
+
+def _actions(value: object) -> tuple[str, ...]:
+    if isinstance(value, Mapping):
+        enabled = []
+        for name in ALL_ACTIONS:
+            entry = value.get(name)
+            on = True if entry is None else bool(as_map(entry, f"spec.actions.{name}").get("enabled", True))
+            if on:
+                enabled.append(name)
+        unknown = sorted(set(value) - set(ALL_ACTIONS))
+    else:
+        names = [str(a) for a in as_list(value, "spec.actions")]
+        unknown = sorted(set(names) - set(ALL_ACTIONS))
+        enabled = [a for a in ALL_ACTIONS if a in names]
+    if unknown:
+        raise IngestError("spec.actions", f"unknown action(s) {', '.join(unknown)}; known: {', '.join(ALL_ACTIONS)}")
+    return tuple(enabled)
+
+
+def _usage(value: object) -> tuple[QueueUsage, ...]:
+    out = []
+    for queue, raw in sorted(as_map(value, "spec.usage").items()):
+        data = as_map(raw, f"spec.usage.{queue}")
+        figures = {}
+        for resource in ("gpu", "cpu", "memory"):
+            number = _number(data.get(resource, 0), f"spec.usage.{queue}.{resource}")
+            if not 0 <= number <= 1:
+                raise IngestError(f"spec.usage.{queue}.{resource}", "must be between 0 and 1")
+            figures[resource] = number
+        out.append(QueueUsage(queue=str(queue), **figures))
+    return tuple(out)
+
+
+def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
+    if doc is None:
+        return ShardConfig(), IngestSettings()
+    if doc.get("apiVersion") not in (None, API_VERSION):
+        raise IngestError("apiVersion", f"must be {API_VERSION}")
+    spec = as_map(doc.get("spec"), "spec")
+    unknown = sorted(set(spec) - KNOWN_FIELDS)
+    if unknown:
+        raise IngestError(f"spec.{unknown[0]}", "unknown field")
+    placement = as_map(spec.get("placementStrategy"), "spec.placementStrategy")
+    strategies = {}
+    for key in ("gpu", "cpu"):
+        value = str(placement.get(key) or "binpack")
+        if value not in STRATEGIES:
+            raise IngestError(f"spec.placementStrategy.{key}", "must be binpack or spread")
+        strategies[key] = value
+    actions = _actions(spec["actions"]) if spec.get("actions") is not None else ALL_ACTIONS
+    if "spread" in strategies.values():
+        actions = tuple(a for a in actions if a != "consolidation")
+    min_runtime = as_map(spec.get("minRuntime"), "spec.minRuntime")
+    method = str(spec.get("reclaimResolveMethod") or "lca")
+    if method not in ("lca", "queue"):
+        raise IngestError("spec.reclaimResolveMethod", "must be lca or queue")
+    k_value = max(_number(spec["kValue"], "spec.kValue"), 0.0) if spec.get("kValue") is not None else 1.0
+    depth = {str(k): _positive_int(v, f"spec.queueDepthPerAction.{k}")
+             for k, v in as_map(spec.get("queueDepthPerAction"), "spec.queueDepthPerAction").items()}
+    meta = as_map(doc.get("metadata"), "metadata")
+    shard = ShardConfig(
+        name=str(meta.get("name") or "default"),
+        gpu_placement=strategies["gpu"],
+        cpu_placement=strategies["cpu"],
+        actions=actions,
+        reservation_namespace=str(spec.get("reservationNamespace") or DEFAULT_RESERVATION_NAMESPACE),
+        k_value=k_value,
+        usage=_usage(spec.get("usage")),
+        preempt_min_runtime_s=parse_duration(min_runtime.get("preemptMinRuntime", 0), "spec.minRuntime.preemptMinRuntime"),
+        reclaim_min_runtime_s=parse_duration(min_runtime.get("reclaimMinRuntime", 0), "spec.minRuntime.reclaimMinRuntime"),
+        reclaim_resolve_method=method,
+        default_staleness_grace_s=parse_duration(spec.get("defaultStalenessGracePeriod", "60s"),
+                                                 "spec.defaultStalenessGracePeriod"),
+        max_consolidation_preemptees=_positive_int(spec.get("maxConsolidationPreemptees", 16),
+                                                   "spec.maxConsolidationPreemptees"),
+        victim_budget=_positive_int(spec.get("victimBudget", 10_000), "spec.victimBudget"),
+        queue_depth_per_action=depth,
+        stuck_in_releasing_s=parse_duration(spec.get("stuckInReleasingThreshold", "2m"), "spec.stuckInReleasingThreshold"),
+    )
+    names = spec.get("schedulerNames")
+    scheduler_names = tuple(str(n) for n in as_list(names, "spec.schedulerNames")) if names else DEFAULT_SCHEDULER_NAMES
+    period = parse_duration(spec.get("schedulePeriod", "1s"), "spec.schedulePeriod")
+    if period <= 0:
+        raise IngestError("spec.schedulePeriod", "must be at least 1s")
+    settings = IngestSettings(scheduler_names=scheduler_names, partition=str(spec.get("partitionLabelValue") or ""),
+                              schedule_period_s=period)
+    return shard, settings

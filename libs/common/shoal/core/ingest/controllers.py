@@ -1,0 +1,214 @@
+"""Acting as the workload controllers for `shoal simulate`: pods for owners that have none.
+
+`expand_workloads(objects)` returns the pods (and JobSet Jobs) the Kubernetes controllers would
+create for each workload in the input that has no pod yet. Names and uids are deterministic:
+- batch Job → `min(parallelism, completions)` pods `<job>-<index>` (parallelism defaults to 1);
+- Deployment / ReplicaSet / StatefulSet → `replicas` pods `<owner>-<index>` (default 1);
+- PyTorchJob/TFJob/XGBoostJob/JAXJob/MPIJob → `<job>-<role>-<index>` per replica spec, with the
+  `training.kubeflow.org/job-role` / `replica-type` labels;
+- JobSet → Jobs `<jobset>-<replicatedJob>-<index>` and their pods `<job>-<index>`;
+- LeaderWorkerSet → per group g: leader `<lws>-<g>` and workers `<lws>-<g>-<w>`;
+- RayCluster → `<cluster>-head` and `<cluster>-<group>-worker-<index>` (minReplicas, else replicas).
+`recreate_pod(pod, suffix)` is the controller replacing an evicted pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+
+from shoal.core.podgrouper import KUBEFLOW_SPECS, object_uid, stable_uid
+
+ROLE_LABEL = "training.kubeflow.org/job-role"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+
+
+def _meta(obj: Mapping) -> Mapping:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _spec(obj: Mapping) -> Mapping:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _count(value: object, default: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return max(value, 0)
+
+
+def _owner_ref(owner: Mapping) -> dict:
+    return {"apiVersion": str(owner.get("apiVersion") or ""), "kind": str(owner.get("kind") or ""),
+            "name": str(_meta(owner).get("name") or ""), "uid": object_uid(owner), "controller": True}
+
+
+def _pod(owner: Mapping, template: Mapping, name: str, labels: Mapping[str, str] | None = None) -> dict:
+    tmeta = _meta(template)
+    ometa = _meta(owner)
+    namespace = str(ometa.get("namespace") or "default")
+    metadata: dict = {
+        "name": name,
+        "namespace": namespace,
+        "uid": stable_uid("Pod", namespace, name),
+        "labels": {**dict(tmeta.get("labels") or {}), **dict(labels or {})},
+        "annotations": dict(tmeta.get("annotations") or {}),
+        "ownerReferences": [_owner_ref(owner)],
+    }
+    if ometa.get("creationTimestamp"):
+        metadata["creationTimestamp"] = ometa["creationTimestamp"]
+    for key in ("labels", "annotations"):
+        if not metadata[key]:
+            del metadata[key]
+    spec = copy.deepcopy(dict(_spec(template)))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": "Pending"}}
+
+
+def _job_pods(job: Mapping) -> list[dict]:
+    spec = _spec(job)
+    parallelism = _count(spec.get("parallelism"), 1)
+    completions = spec.get("completions")
+    if isinstance(completions, int) and not isinstance(completions, bool):
+        parallelism = min(parallelism, max(completions, 0))
+    name = str(_meta(job).get("name"))
+    template = spec.get("template") if isinstance(spec.get("template"), Mapping) else {}
+    return [_pod(job, template, f"{name}-{i}", {"batch.kubernetes.io/job-name": name}) for i in range(parallelism)]
+
+
+def _replica_pods(owner: Mapping) -> list[dict]:
+    spec = _spec(owner)
+    name = str(_meta(owner).get("name"))
+    template = spec.get("template") if isinstance(spec.get("template"), Mapping) else {}
+    return [_pod(owner, template, f"{name}-{i}") for i in range(_count(spec.get("replicas"), 1))]
+
+
+def _kubeflow_pods(job: Mapping) -> list[dict]:
+    specs = _spec(job).get(KUBEFLOW_SPECS[str(job.get("kind"))])
+    name = str(_meta(job).get("name"))
+    pods = []
+    for role in sorted(specs or {}):
+        rs = specs[role]
+        if not isinstance(rs, Mapping):
+            continue
+        template = rs.get("template") if isinstance(rs.get("template"), Mapping) else {}
+        lower = str(role).lower()
+        labels = {ROLE_LABEL: lower, REPLICA_TYPE_LABEL: lower}
+        for i in range(_count(rs.get("replicas"), 1)):
+            pods.append(_pod(job, template, f"{name}-{lower}-{i}", labels))
+    return pods
+
+
+def _jobset_objects(jobset: Mapping) -> list[dict]:
+    name = str(_meta(jobset).get("name"))
+    namespace = str(_meta(jobset).get("namespace") or "default")
+    out: list[dict] = []
+    for rjob in _spec(jobset).get("replicatedJobs") or ():
+        if not isinstance(rjob, Mapping) or not rjob.get("name"):
+            continue
+        template = rjob.get("template") if isinstance(rjob.get("template"), Mapping) else {}
+        for index in range(_count(rjob.get("replicas"), 1)):
+            job_name = f"{name}-{rjob['name']}-{index}"
+            job = {"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": job_name, "namespace": namespace, "uid": stable_uid("Job", namespace, job_name),
+                                "annotations": dict(_meta(template).get("annotations") or {}),
+                                "ownerReferences": [_owner_ref(jobset)]},
+                   "spec": copy.deepcopy(dict(_spec(template)))}
+            labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": str(rjob["name"]),
+                      "jobset.sigs.k8s.io/job-index": str(index)}
+            if _meta(jobset).get("creationTimestamp"):
+                job["metadata"]["creationTimestamp"] = _meta(jobset)["creationTimestamp"]
+            out.append(job)
+            for pod in _job_pods(job):
+                pod["metadata"].setdefault("labels", {}).update(labels)
+                out.append(pod)
+    return out
+
+
+def _lws_pods(lws: Mapping) -> list[dict]:
+    spec = _spec(lws)
+    name = str(_meta(lws).get("name"))
+    template = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), Mapping) else {}
+    size = max(_count(template.get("size"), 1), 1)
+    worker = template.get("workerTemplate") if isinstance(template.get("workerTemplate"), Mapping) else {}
+    leader = template.get("leaderTemplate") if isinstance(template.get("leaderTemplate"), Mapping) else worker
+    pods = []
+    for group in range(_count(spec.get("replicas"), 1)):
+        base = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": str(group)}
+        pods.append(_pod(lws, leader, f"{name}-{group}", {**base, "leaderworkerset.sigs.k8s.io/worker-index": "0"}))
+        for w in range(1, size):
+            pods.append(_pod(lws, worker, f"{name}-{group}-{w}",
+                             {**base, "leaderworkerset.sigs.k8s.io/worker-index": str(w)}))
+    return pods
+
+
+def _ray_pods(cluster: Mapping) -> list[dict]:
+    spec = _spec(cluster)
+    name = str(_meta(cluster).get("name"))
+    head = spec.get("headGroupSpec") if isinstance(spec.get("headGroupSpec"), Mapping) else {}
+    pods = [_pod(cluster, head.get("template") or {}, f"{name}-head", {"ray.io/node-type": "head"})]
+    for group in spec.get("workerGroupSpecs") or ():
+        if not isinstance(group, Mapping):
+            continue
+        count = _count(group.get("minReplicas"), _count(group.get("replicas"), 0))
+        gname = str(group.get("groupName") or "workers")
+        for i in range(count):
+            pods.append(_pod(cluster, group.get("template") or {}, f"{name}-{gname}-worker-{i}",
+                             {"ray.io/node-type": "worker", "ray.io/group": gname}))
+    return pods
+
+
+EXPANDERS = {
+    "Job": _job_pods,
+    "Deployment": _replica_pods,
+    "ReplicaSet": _replica_pods,
+    "StatefulSet": _replica_pods,
+    "JobSet": _jobset_objects,
+    "LeaderWorkerSet": _lws_pods,
+    "RayCluster": _ray_pods,
+    **{kind: _kubeflow_pods for kind in KUBEFLOW_SPECS},
+}
+
+
+def _owned_keys(objects: Iterable[Mapping]) -> set[tuple[str, str, str]]:
+    """(namespace, kind, name) and (uid) keys of every owner some object already points at."""
+    owned: set[tuple[str, str, str]] = set()
+    for obj in objects:
+        ns = str(_meta(obj).get("namespace") or "default")
+        for ref in _meta(obj).get("ownerReferences") or ():
+            if isinstance(ref, Mapping):
+                owned.add((ns, str(ref.get("kind") or ""), str(ref.get("name") or "")))
+                if ref.get("uid"):
+                    owned.add(("uid", "", str(ref["uid"])))
+    return owned
+
+
+def expand_workloads(objects: Sequence[Mapping]) -> list[dict]:
+    """New objects (pods, JobSet Jobs) for the workloads in `objects` that own nothing yet."""
+    owned = _owned_keys(objects)
+    created: list[dict] = []
+    for obj in objects:
+        kind = str(obj.get("kind") or "")
+        expander = EXPANDERS.get(kind)
+        if expander is None or _meta(obj).get("ownerReferences") and kind in ("Job", "ReplicaSet"):
+            continue  # a Job of a JobSet/CronJob or a ReplicaSet of a Deployment: its owner expands
+        ns = str(_meta(obj).get("namespace") or "default")
+        if (ns, kind, str(_meta(obj).get("name") or "")) in owned or ("uid", "", object_uid(obj)) in owned:
+            continue
+        created.extend(expander(obj))
+    return created
+
+
+def recreate_pod(pod: Mapping, name: str) -> dict:
+    """A fresh pending copy of a controller-owned pod under a new name (its owner recreating it)."""
+    meta = dict(_meta(pod))
+    namespace = str(meta.get("namespace") or "default")
+    labels = {k: v for k, v in dict(meta.get("labels") or {}).items()
+              if k != "runai-gpu-group" and not str(k).startswith("runai-gpu-group/")}
+    new_meta = {k: v for k, v in meta.items()
+                if k in ("namespace", "annotations", "ownerReferences", "creationTimestamp")}
+    new_meta.update(name=name, uid=stable_uid("Pod", namespace, name))
+    if labels:
+        new_meta["labels"] = labels
+    spec = {k: copy.deepcopy(v) for k, v in dict(_spec(pod)).items() if k != "nodeName"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": new_meta, "spec": spec, "status": {"phase": "Pending"}}

@@ -1,0 +1,203 @@
+"""Pod manifests → model.Pod (requests, GPU fractions, placement constraints, state)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+from shoal.core.ingest.common import (
+    IngestError,
+    as_list,
+    as_map,
+    metadata,
+    name_of,
+    namespace_of,
+    norm_time,
+    str_map,
+    uid_of,
+)
+from shoal.core.ingest.quantity import QuantityError, milli, parse_quantity, whole
+from shoal.core.model import (
+    LABEL_GPU_GROUP,
+    LABEL_TASK_PRIORITY,
+    PHASE_PENDING,
+    PHASE_RUNNING,
+    FractionRequest,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    Pod,
+    Toleration,
+)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+FRACTION = "gpu-fraction"
+GPU_MEMORY = "gpu-memory"
+NUM_DEVICES = "gpu-fraction-num-devices"
+
+MSG_FRACTION_RANGE = "gpu-fraction annotation value must be a positive number smaller than 1.0"
+MSG_FRACTION_AND_WHOLE = "cannot have both GPU fraction request and whole GPU resource request/limit"
+MSG_MEMORY_POSITIVE = "gpu-memory annotation value must be a positive integer greater than 0"
+MSG_FRACTION_AND_MEMORY = "cannot request both GPU and GPU memory"
+MSG_DEVICES_WITHOUT_FRACTION = (
+    "cannot request multiple fractional devices without specifying fraction portion or gpu-memory"
+)
+MSG_DEVICES_POSITIVE = "gpu-fraction-num-devices annotation value must be a positive integer greater than 0"
+
+
+def _container_requests(container: Mapping, field: str) -> dict[str, Fraction]:
+    resources = as_map(container.get("resources"), f"{field}.resources")
+    requests = as_map(resources.get("requests"), f"{field}.resources.requests")
+    limits = as_map(resources.get("limits"), f"{field}.resources.limits")
+    out: dict[str, Fraction] = {}
+    for source, where in ((limits, "limits"), (requests, "requests")):  # requests win; limits default them
+        for key, value in source.items():
+            try:
+                amount = parse_quantity(value)
+            except QuantityError as exc:
+                raise IngestError(f"{field}.resources.{where}.{key}", str(exc)) from None
+            if amount < 0:
+                raise IngestError(f"{field}.resources.{where}.{key}", "must not be negative")
+            out[str(key)] = amount
+    return out
+
+
+def pod_requests(spec: Mapping) -> dict[str, Fraction]:
+    """Effective requests: max(sum over containers, max over init containers), per resource."""
+    total: dict[str, Fraction] = {}
+    for i, raw in enumerate(as_list(spec.get("containers"), "spec.containers")):
+        for key, amount in _container_requests(as_map(raw, f"spec.containers[{i}]"), f"spec.containers[{i}]").items():
+            total[key] = total.get(key, Fraction(0)) + amount
+    for i, raw in enumerate(as_list(spec.get("initContainers"), "spec.initContainers")):
+        field = f"spec.initContainers[{i}]"
+        for key, amount in _container_requests(as_map(raw, field), field).items():
+            total[key] = max(total.get(key, Fraction(0)), amount)
+    return total
+
+
+def fraction_of(annotations: Mapping[str, str], whole_gpus: Fraction) -> tuple[FractionRequest | None, str | None]:
+    """(request, None) for a valid fraction, (None, message) for an invalid one, (None, None) for none."""
+    has_fraction, has_memory = FRACTION in annotations, GPU_MEMORY in annotations
+    if NUM_DEVICES in annotations and not (has_fraction or has_memory):
+        return None, MSG_DEVICES_WITHOUT_FRACTION
+    if not (has_fraction or has_memory):
+        return None, None
+    if has_fraction and has_memory:
+        return None, MSG_FRACTION_AND_MEMORY
+    if whole_gpus > 0:
+        return None, MSG_FRACTION_AND_WHOLE
+    devices = 1
+    if NUM_DEVICES in annotations:
+        text = annotations[NUM_DEVICES].strip()
+        if not text.isdigit() or int(text) <= 0:
+            return None, MSG_DEVICES_POSITIVE
+        devices = int(text)
+    if has_fraction:
+        try:
+            value = parse_quantity(annotations[FRACTION])
+        except QuantityError:
+            return None, MSG_FRACTION_RANGE
+        if not 0 < value < 1:
+            return None, MSG_FRACTION_RANGE
+        portion = min(max(int(-(-value * 1000 // 1)), 1), 999)
+        return FractionRequest(portion_milli=portion, num_devices=devices), None
+    text = annotations[GPU_MEMORY].strip()
+    if not text.isdigit() or int(text) <= 0:
+        return None, MSG_MEMORY_POSITIVE
+    return FractionRequest(gpu_memory_mib=int(text), num_devices=devices), None
+
+
+def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:
+    out = []
+    for i, raw in enumerate(as_list(spec.get("tolerations"), "spec.tolerations")):
+        tol = as_map(raw, f"spec.tolerations[{i}]")
+        out.append(Toleration(key=str(tol.get("key") or ""), operator=str(tol.get("operator") or "Equal"),
+                              value=str(tol.get("value") or ""), effect=str(tol.get("effect") or "")))
+    return tuple(out)
+
+
+def _affinity_terms(spec: Mapping) -> tuple[NodeSelectorTerm, ...]:
+    affinity = as_map(spec.get("affinity"), "spec.affinity")
+    node_affinity = as_map(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = as_map(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), base)
+    terms = []
+    for i, raw in enumerate(as_list(required.get("nodeSelectorTerms"), f"{base}.nodeSelectorTerms")):
+        term = as_map(raw, f"{base}.nodeSelectorTerms[{i}]")
+        reqs = []
+        for j, expr_raw in enumerate(as_list(term.get("matchExpressions"), f"{base}.nodeSelectorTerms[{i}].matchExpressions")):
+            expr = as_map(expr_raw, f"{base}.nodeSelectorTerms[{i}].matchExpressions[{j}]")
+            op = str(expr.get("operator") or "")
+            if op not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+                raise IngestError(f"{base}.nodeSelectorTerms[{i}].matchExpressions[{j}].operator",
+                                  f"unknown operator {op!r}")
+            reqs.append(NodeSelectorRequirement(key=str(expr.get("key") or ""), operator=op,
+                                                values=tuple(str(v) for v in expr.get("values") or ())))
+        terms.append(NodeSelectorTerm(match_expressions=tuple(reqs)))
+    return tuple(terms)
+
+
+def gpu_groups_of(labels: Mapping[str, str]) -> tuple[str, ...]:
+    groups = set()
+    if labels.get(LABEL_GPU_GROUP):
+        groups.add(labels[LABEL_GPU_GROUP])
+    prefix = LABEL_GPU_GROUP + "/"
+    for key, value in labels.items():
+        if key.startswith(prefix):
+            groups.add(value or key[len(prefix):])
+    return tuple(sorted(groups))
+
+
+def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: bool, now: str) -> Pod:
+    name = name_of(obj)
+    meta = metadata(obj)
+    labels = str_map(meta.get("labels"), "metadata.labels")
+    annotations = str_map(meta.get("annotations"), "metadata.annotations")
+    spec = as_map(obj.get("spec"), "spec")
+    status = as_map(obj.get("status"), "status")
+    requests = pod_requests(spec)
+    whole_gpus = requests.get(GPU_RESOURCE, Fraction(0))
+    if whole_gpus.denominator != 1:
+        raise IngestError(f"spec.containers.resources.{GPU_RESOURCE}", "must be a whole number of GPUs")
+    fraction, fraction_error = fraction_of(annotations, whole_gpus)
+    node_name = spec.get("nodeName") or None
+    phase = str(status.get("phase") or "")
+    if not phase:
+        phase = PHASE_RUNNING if node_name else PHASE_PENDING
+    task_priority = None
+    if labels.get(LABEL_TASK_PRIORITY):
+        try:
+            task_priority = int(labels[LABEL_TASK_PRIORITY])
+        except ValueError:
+            raise IngestError(f"metadata.labels.{LABEL_TASK_PRIORITY}", "must be an integer") from None
+    owner_kind = owner_name = None
+    for ref in as_list(meta.get("ownerReferences"), "metadata.ownerReferences"):
+        if isinstance(ref, Mapping) and (ref.get("controller") or owner_kind is None):
+            owner_kind, owner_name = str(ref.get("kind") or ""), str(ref.get("name") or "")
+    created = meta.get("creationTimestamp")
+    return Pod(
+        uid=uid_of(obj, "Pod"),
+        namespace=namespace_of(obj),
+        name=name,
+        pod_group=pod_group,
+        subgroup=subgroup,
+        cpu_milli=milli(requests.get("cpu", 0)),
+        memory_bytes=whole(requests.get("memory", 0)),
+        gpus=int(whole_gpus),
+        fraction=fraction,
+        fraction_error=fraction_error,
+        node_selector=str_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+        affinity_terms=_affinity_terms(spec),
+        tolerations=_tolerations(spec),
+        phase=phase,
+        node_name=str(node_name) if node_name else None,
+        nominated_node=str(status["nominatedNodeName"]) if status.get("nominatedNodeName") else None,
+        gpu_groups=gpu_groups_of(labels),
+        created=norm_time(created, "metadata.creationTimestamp") if created else now,
+        task_priority=task_priority,
+        labels=labels,
+        deleting=bool(meta.get("deletionTimestamp")),
+        gated=bool(spec.get("schedulingGates")),
+        managed=managed,
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+    )

@@ -1,0 +1,90 @@
+"""Kubernetes quantity strings ("100m", "2Gi", "1e3", "0.5") as exact fractions.
+
+Everything returns `fractions.Fraction` so conversions to integer units are exact; callers
+round with `ceil_int` (Kubernetes rounds requests up when it scales to a smaller unit).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_PATTERN = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([A-Za-z]{0,2}))$")
+
+
+class QuantityError(ValueError):
+    """A value that is not a valid Kubernetes quantity."""
+
+
+def parse_quantity(value: object) -> Fraction:
+    """Parse a Kubernetes quantity (string, int or float) into an exact Fraction."""
+    if isinstance(value, bool):
+        raise QuantityError(f"invalid quantity {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"invalid quantity {value!r}")
+        return Fraction(repr(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"invalid quantity {value!r}")
+    text = value.strip()
+    match = _PATTERN.match(text)
+    if not match:
+        raise QuantityError(f"invalid quantity {value!r}")
+    number = Fraction(match.group(1))
+    exponent, suffix = match.group(2), match.group(3) or ""
+    if exponent:
+        return number * Fraction(10) ** int(exponent[1:])
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number * _DECIMAL[suffix]
+    raise QuantityError(f"invalid quantity {value!r}: unknown suffix {suffix!r}")
+
+
+def ceil_int(value: Fraction) -> int:
+    """Round up to an integer (Kubernetes rounds quantities up when scaling)."""
+    return math.ceil(value)
+
+
+def milli(value: object) -> int:
+    """A quantity in thousandths (millicores, milli-GPUs), rounded up."""
+    return ceil_int(parse_quantity(value) * 1000)
+
+
+def whole(value: object) -> int:
+    """A quantity in whole units (bytes, pods, devices), rounded up."""
+    return ceil_int(parse_quantity(value))
+
+
+def parse_number(value: object) -> Fraction:
+    """A plain number (int, float or numeric string) as used by CRD float64 fields."""
+    if isinstance(value, bool):
+        raise QuantityError(f"not a number: {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"not a number: {value!r}")
+        return Fraction(repr(value))
+    if isinstance(value, str):
+        try:
+            return parse_quantity(value)
+        except QuantityError:
+            raise QuantityError(f"not a number: {value!r}") from None
+    raise QuantityError(f"not a number: {value!r}")

@@ -1,0 +1,179 @@
+"""Parsed Kubernetes objects (YAML-style or API JSON dicts) → one core Snapshot.
+
+Objects of unknown kinds are ignored here (they may still be owners the podgrouper looks at).
+A broken object is reported as a Problem (index = its position in the input, -1 for the
+separate config document) and left out; everything else is still built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from shoal.core.ingest.common import IngestError, Problem, format_time, metadata, name_of, namespace_of, parse_time
+from shoal.core.ingest.config import KIND as CONFIG_KIND
+from shoal.core.ingest.config import IngestSettings, config_from
+from shoal.core.ingest.nodes import node_from
+from shoal.core.ingest.podgroups import podgroup_from
+from shoal.core.ingest.pods import pod_from
+from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
+from shoal.core.model import Snapshot, make_snapshot
+from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL, OwnerIndex, group_pod
+
+TOPOLOGY_KIND = "Topology"
+
+
+@dataclass(frozen=True)
+class TopologyLevel:
+    node_label: str
+    alias: str = ""
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    snapshot: Snapshot
+    problems: tuple[Problem, ...] = ()
+    settings: IngestSettings = field(default_factory=IngestSettings)
+    topologies: Mapping[str, tuple[TopologyLevel, ...]] = field(default_factory=dict)
+    # PodGroup manifests made by the podgrouper rules for pods that named none, by "ns/name"
+    generated_podgroups: Mapping[str, dict] = field(default_factory=dict)
+    # "ns/pod" -> (PodGroup name, subgroup) for every managed pod
+    pod_groups_of_pods: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
+
+
+def _topology_from(obj: Mapping) -> tuple[str, tuple[TopologyLevel, ...]]:
+    name = name_of(obj)
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    levels = spec.get("levels")
+    if not isinstance(levels, list) or not 1 <= len(levels) <= 16:
+        raise IngestError("spec.levels", "must be a list of 1 to 16 levels")
+    out = []
+    for i, level in enumerate(levels):
+        if not isinstance(level, Mapping) or not level.get("nodeLabel"):
+            raise IngestError(f"spec.levels[{i}].nodeLabel", "is required")
+        if level["nodeLabel"] == "kubernetes.io/hostname" and i != len(levels) - 1:
+            raise IngestError(f"spec.levels[{i}].nodeLabel", "kubernetes.io/hostname is allowed only as the last level")
+        out.append(TopologyLevel(node_label=str(level["nodeLabel"]), alias=str(level.get("alias") or "")))
+    return name, tuple(out)
+
+
+def _now_text(now: object) -> str:
+    if isinstance(now, datetime):
+        return format_time(now)
+    return format_time(parse_time(now, "now"))
+
+
+def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: int = 0,
+                          config_doc: Mapping | None = None) -> IngestResult:
+    """Build the core Snapshot from parsed objects; see IngestResult for what comes back."""
+    problems: list[Problem] = []
+    now_text = _now_text(now)
+
+    def attempt(index: int, parse: Callable[[], object]) -> object | None:
+        try:
+            return parse()
+        except IngestError as exc:
+            problems.append(Problem(index, exc.field, exc.message))
+            return None
+
+    by_kind: dict[str, list[tuple[int, Mapping]]] = {}
+    for index, obj in enumerate(objects):
+        if not isinstance(obj, Mapping):
+            problems.append(Problem(index, "", "a document must be a mapping"))
+            continue
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or not kind:
+            problems.append(Problem(index, "kind", "is required"))
+            continue
+        if attempt(index, lambda o=obj: metadata(o)) is None and kind != CONFIG_KIND:
+            continue
+        by_kind.setdefault(kind, []).append((index, obj))
+
+    configs = [(-1, config_doc)] if config_doc is not None else by_kind.get(CONFIG_KIND, [])
+    if len(configs) > 1:
+        problems.append(Problem(configs[1][0], "kind", "only one SchedulerConfig document is allowed"))
+    parsed_config = attempt(configs[0][0], lambda: config_from(configs[0][1])) if configs else None
+    shard, settings = parsed_config if parsed_config else config_from(None)
+
+    def unique(kind: str, parse: Callable[[Mapping], object], key: Callable[[object], str]) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for index, obj in sorted(by_kind.get(kind, []), key=lambda e: e[0]):
+            item = attempt(index, lambda o=obj: parse(o))
+            if item is None:
+                continue
+            ident = key(item)
+            if ident in out:
+                problems.append(Problem(index, "metadata.name", f"duplicate {kind} {ident!r}"))
+                continue
+            out[ident] = item
+        return out
+
+    classes = {pc.name: pc for pc in SHIPPED_PRIORITY_CLASSES}
+    classes.update(unique("PriorityClass", priority_class_from, lambda p: p.name))
+    queues = unique("Queue", queue_from, lambda q: q.name)
+    nodes = unique("Node", node_from, lambda n: n.name)
+    groups = unique("PodGroup", lambda o: podgroup_from(o, now_text), lambda g: g.key)
+    topologies = dict(unique(TOPOLOGY_KIND, _topology_from, lambda t: t[0]).values())
+
+    owners = OwnerIndex(obj for entries in by_kind.values() for _, obj in entries)
+    pod_entries = sorted(by_kind.get("Pod", []), key=lambda e: (_safe_key(e[1]), e[0]))
+    pods: dict[str, object] = {}
+    generated: dict[str, dict] = {}
+    membership: dict[str, tuple[str, str | None]] = {}
+    for index, obj in pod_entries:
+        key = _safe_key(obj)
+        if key in pods:
+            problems.append(Problem(index, "metadata.name", f"duplicate Pod {key!r}"))
+            continue
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        managed = str(spec.get("schedulerName") or "default-scheduler") in settings.scheduler_names
+        group_name, subgroup = "", None
+        if managed:
+            group_name, subgroup = _membership(obj, groups, generated, owners, classes)
+            membership[key] = (group_name, subgroup)
+        pod = attempt(index, lambda o=obj, g=group_name, s=subgroup, m=managed:
+                      pod_from(o, pod_group=g, subgroup=s, managed=m, now=now_text))
+        if pod is not None:
+            pods[key] = pod
+
+    for key, manifest in sorted(generated.items()):
+        group = attempt(-1, lambda m=manifest: podgroup_from(m, now_text))
+        if group is not None:
+            groups[key] = group
+
+    if settings.partition:
+        nodes = {k: n for k, n in nodes.items() if n.pool == settings.partition}
+        groups = {k: g for k, g in groups.items() if g.node_pool == settings.partition}
+
+    snapshot = make_snapshot(nodes=nodes.values(), pods=pods.values(), pod_groups=groups.values(),
+                             queues=queues.values(), priority_classes=classes.values(), config=shard,
+                             now=now_text, revision=revision)
+    return IngestResult(snapshot=snapshot, problems=tuple(sorted(problems)), settings=settings,
+                        topologies=topologies, generated_podgroups=generated, pod_groups_of_pods=membership)
+
+
+def _safe_key(obj: Mapping) -> str:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def _membership(pod: Mapping, groups: Mapping[str, object], generated: dict[str, dict], owners: OwnerIndex,
+                classes: Mapping[str, object]) -> tuple[str, str | None]:
+    """The pod's PodGroup name and subgroup: its `pod-group-name` if that exists, else the podgrouper's."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    namespace = namespace_of(pod)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    named = str(annotations.get(POD_GROUP_ANNOTATION) or "")
+    label_subgroup = str(labels[SUBGROUP_LABEL]) if labels.get(SUBGROUP_LABEL) else None
+    if named and f"{namespace}/{named}" in groups:
+        return named, label_subgroup
+    grouping = group_pod(pod, owners, classes)
+    name = named or str(grouping.podgroup["metadata"]["name"])
+    key = f"{namespace}/{name}"
+    if key not in groups and key not in generated:
+        manifest = grouping.podgroup
+        manifest["metadata"]["name"] = name
+        generated[key] = manifest
+    return name, label_subgroup if label_subgroup is not None else grouping.subgroup
