@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from shoal.core.ingest.quantity import QuantityError, parse_quantity
 from services.nodeagent.translate import PodView
+from shoal.core.ingest.quantity import QuantityError, parse_quantity
 
 FRACTION = "gpu-fraction"
 FRACTION_LIMIT = "gpu-fraction-limit"
