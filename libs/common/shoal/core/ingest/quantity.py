@@ -34,7 +34,7 @@ def parse_quantity(value: object) -> Fraction:
     """Parse a Kubernetes quantity (string, int or float) into an exact Fraction."""
     if isinstance(value, bool):
         raise QuantityError(f"invalid quantity {value!r}")
-    if isinstance(value, int):
+    if isinstance(value, int | Fraction):
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):

@@ -86,7 +86,7 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
         if not isinstance(kind, str) or not kind:
             problems.append(Problem(index, "kind", "is required"))
             continue
-        if attempt(index, lambda o=obj: metadata(o)) is None and kind != CONFIG_KIND:
+        if kind != CONFIG_KIND and attempt(index, lambda o=obj: metadata(o)) is None:
             continue
         by_kind.setdefault(kind, []).append((index, obj))
 
