@@ -1,0 +1,391 @@
+"""Kafka bus over aiokafka: JSON-encoded msgspec Structs, at-least-once consumption, dead letters.
+
+Publishing (idempotent producer, acks=all)::
+
+    async with Publisher(settings.kafka) as bus:
+        await bus.publish("shoal.plans.v1", plan, key=shard)   # key by shard: one partition per shard
+
+Consuming (offsets committed manually, only after the handler finished)::
+
+    async def on_plan(plan: Plan, delivery: Delivery) -> None: ...
+
+    consumer = Consumer(settings.kafka, ["shoal.plans.v1"], group_id="binder", message_type=Plan,
+                        handler=on_plan)
+    async with consumer:
+        await consumer.run()          # until consumer.stop() (or cancellation)
+
+A message that cannot be decoded into `message_type` (a Struct or a tagged union of Structs) goes to
+`<topic>.dlq` with its original bytes, key and headers plus `shoal-dlq-*` headers, and is committed. A handler
+error is classified by `classify`: transient ones are retried with backoff and, if still failing, the partition is
+rewound to that message (nothing committed past it); permanent ones go to the dead-letter topic; an
+`InvariantBroken` ends `run()` with that error (the process should crash).
+
+Topics: `await ensure_topics(settings.kafka, ["shoal.plans.v1"], partitions=8)` also creates the `.dlq` topics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.helpers import create_ssl_context
+from aiokafka.structs import ConsumerRecord
+
+from shoal.errors import InvariantBroken, PermanentError, ShoalError, TransientError
+from shoal.logging import get_logger
+from shoal.metrics import Metrics
+from shoal.retry import RetryPolicy, retry_transient
+from shoal.settings import KafkaSettings
+
+T = TypeVar("T")
+
+DLQ_SUFFIX = ".dlq"
+TOPIC_ALREADY_EXISTS = 36
+
+log = get_logger(__name__)
+_encoder = msgspec.json.Encoder()
+
+Outcome = Literal["transient", "permanent", "fatal"]
+
+HANDLER_RETRY = RetryPolicy(attempts=3, initial_s=0.2, max_backoff_s=2.0)
+
+
+def dlq_topic(topic: str) -> str:
+    return topic + DLQ_SUFFIX
+
+
+def kafka_error(exc: BaseException) -> ShoalError:
+    """Map an aiokafka error to Shoal's hierarchy: connection problems and retriable errors are transient."""
+    if isinstance(exc, KafkaConnectionError | ConnectionError | asyncio.TimeoutError):
+        return TransientError(f"kafka: {exc}")
+    if isinstance(exc, KafkaError) and exc.retriable:
+        return TransientError(f"kafka: {exc}")
+    return PermanentError(f"kafka: {exc}")
+
+
+def client_options(settings: KafkaSettings) -> dict[str, Any]:
+    """Connection keyword arguments shared by aiokafka's producer, consumer and admin client."""
+    opts: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap,
+        "client_id": settings.client_id,
+        "security_protocol": settings.security_protocol,
+        "request_timeout_ms": settings.request_timeout_ms,
+    }
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        opts["ssl_context"] = create_ssl_context(
+            cafile=settings.ssl_cafile, certfile=settings.ssl_certfile, keyfile=settings.ssl_keyfile)
+    if settings.security_protocol.startswith("SASL_"):
+        opts["sasl_mechanism"] = settings.sasl_mechanism
+        opts["sasl_plain_username"] = settings.sasl_username
+        opts["sasl_plain_password"] = settings.sasl_password
+    return opts
+
+
+async def ensure_topics(settings: KafkaSettings, topics: Iterable[str], *, partitions: int = 1,
+                        replication_factor: int = 1, with_dlq: bool = True,
+                        configs: Mapping[str, str] | None = None) -> list[str]:
+    """Create the topics (and their `.dlq` topics) that do not exist yet; returns the names created."""
+    names = list(dict.fromkeys(topics))
+    if with_dlq:
+        names += [dlq_topic(t) for t in names if not t.endswith(DLQ_SUFFIX)]
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    try:
+        await admin.start()
+        response = await admin.create_topics([
+            NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                     topic_configs=dict(configs or {})) for name in names])
+    except KafkaError as exc:
+        raise kafka_error(exc) from exc
+    finally:
+        await admin.close()
+    created = []
+    for name, code, *rest in response.topic_errors:
+        if code == 0:
+            created.append(name)
+        elif code != TOPIC_ALREADY_EXISTS:
+            raise PermanentError(f"kafka: cannot create topic {name}: error {code} {rest[0] if rest else ''}")
+    if created:
+        log.info("kafka_topics_created", topics=created, partitions=partitions)
+    return created
+
+
+def _key_bytes(key: str | bytes | None) -> bytes | None:
+    return key.encode() if isinstance(key, str) else key
+
+
+class Publisher:
+    """An idempotent producer (acks=all) that publishes msgspec Structs as JSON."""
+
+    def __init__(self, settings: KafkaSettings, *, linger_ms: int = 0) -> None:
+        self._producer = AIOKafkaProducer(**client_options(settings), acks="all", enable_idempotence=True,
+                                          linger_ms=linger_ms)
+        self._started = False
+
+    async def start(self) -> None:
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise kafka_error(exc) from exc
+        self._started = True
+
+    async def stop(self) -> None:
+        self._started = False
+        await self._producer.stop()
+
+    async def __aenter__(self) -> Publisher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def ready(self) -> bool:
+        return self._started
+
+    async def publish(self, topic: str, message: msgspec.Struct, *, key: str | bytes | None = None,
+                      headers: Mapping[str, str | bytes] | None = None) -> tuple[int, int]:
+        """Send one Struct as JSON and wait for all in-sync replicas; returns (partition, offset)."""
+        return await self.publish_raw(topic, _encoder.encode(message), key=key, headers=headers)
+
+    async def publish_raw(self, topic: str, value: bytes, *, key: str | bytes | None = None,
+                          headers: Mapping[str, str | bytes] | Sequence[tuple[str, bytes]] | None = None,
+                          ) -> tuple[int, int]:
+        if isinstance(headers, Mapping):
+            pairs = [(k, v.encode() if isinstance(v, str) else v) for k, v in headers.items()]
+        else:
+            pairs = list(headers or ())
+        try:
+            meta = await self._producer.send_and_wait(topic, value, key=_key_bytes(key), headers=pairs or None)
+        except KafkaError as exc:
+            raise kafka_error(exc) from exc
+        return meta.partition, meta.offset
+
+
+class Delivery(msgspec.Struct, frozen=True):
+    """Where a consumed message came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+
+def default_classify(exc: BaseException) -> Outcome:
+    """InvariantBroken is fatal; Shoal's transient errors, connection errors and timeouts are retried;
+    anything else (bad content, bugs triggered by one message) sends the message to the dead-letter topic."""
+    if isinstance(exc, InvariantBroken):
+        return "fatal"
+    if isinstance(exc, TransientError | ConnectionError | asyncio.TimeoutError):
+        return "transient"
+    if isinstance(exc, KafkaError) and exc.retriable:
+        return "transient"
+    return "permanent"
+
+
+class _CommitOnRevoke(ConsumerRebalanceListener):
+    def __init__(self, consumer: Consumer[Any]) -> None:
+        self.consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        async with self.consumer._lock:  # wait for the message in hand, then commit what is done
+            await self.consumer._commit({tp for tp in revoked})
+            log.info("kafka_partitions_revoked", group=self.consumer.group_id,
+                     partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        log.info("kafka_partitions_assigned", group=self.consumer.group_id,
+                 partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
+
+
+class Consumer(Generic[T]):
+    """A consumer-group member that decodes each message into `message_type`, awaits `handler`, and commits
+    the offset only afterwards (at-least-once; handlers must tolerate duplicates, e.g. by `meta.id`)."""
+
+    def __init__(self, settings: KafkaSettings, topics: Sequence[str], *, group_id: str, message_type: Any,
+                 handler: Callable[[T, Delivery], Awaitable[None]], dlq: Publisher | None = None,
+                 classify: Callable[[BaseException], Outcome] = default_classify,
+                 retry: RetryPolicy = HANDLER_RETRY,
+                 redelivery_backoff_s: float = 1.0, max_records: int = 100,
+                 metrics: Metrics | None = None) -> None:
+        self.group_id = group_id
+        self.topics = list(topics)
+        self._settings = settings
+        self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(message_type)
+        self._handler = handler
+        self._classify = classify
+        self._retry = retry
+        self._redelivery_backoff_s = redelivery_backoff_s
+        self._max_records = max_records
+        self._dlq = dlq
+        self._own_dlq = dlq is None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._pending: dict[TopicPartition, int] = {}
+        self._lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        metrics = metrics or Metrics()
+        self._handled = metrics.counter("kafka_messages_handled_total", "Messages handled and committed.",
+                                        ["topic"])
+        self._dead = metrics.counter("kafka_messages_dead_lettered_total", "Messages sent to a .dlq topic.",
+                                     ["topic", "reason"])
+        self._rewinds = metrics.counter("kafka_redeliveries_total",
+                                        "Partitions rewound after a transient handler failure.", ["topic"])
+
+    async def start(self) -> None:
+        s = self._settings
+        self._consumer = AIOKafkaConsumer(
+            **client_options(s), group_id=self.group_id, enable_auto_commit=False,
+            auto_offset_reset="earliest", session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms, max_poll_interval_ms=s.max_poll_interval_ms)
+        self._consumer.subscribe(self.topics, listener=_CommitOnRevoke(self))
+        if self._dlq is None:
+            self._dlq = Publisher(s)
+        try:
+            await self._consumer.start()
+            if self._own_dlq:
+                await self._dlq.start()
+        except KafkaError as exc:
+            await self._consumer.stop()
+            raise kafka_error(exc) from exc
+
+    async def stop(self) -> None:
+        """Finish the message in hand, commit what is done, leave the group."""
+        self._stopping.set()
+        await self._idle.wait()
+        if self._consumer is not None:
+            async with self._lock:
+                await self._commit(None)
+            await self._consumer.stop()
+            self._consumer = None
+        if self._own_dlq and self._dlq is not None:
+            await self._dlq.stop()
+
+    async def __aenter__(self) -> Consumer[T]:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def ready(self) -> bool:
+        return self._consumer is not None and not self._stopping.is_set()
+
+    async def run(self) -> None:
+        """Consume until `stop()`; raises only for a fatal handler error (InvariantBroken by default)."""
+        if self._consumer is None:
+            raise RuntimeError("Consumer.run() before start()")
+        self._idle.clear()
+        try:
+            while not self._stopping.is_set():
+                batches = await self._consumer.getmany(timeout_ms=200, max_records=self._max_records)
+                rewound = False
+                for tp, records in batches.items():
+                    rewound |= await self._process(tp, records)
+                    if self._stopping.is_set():
+                        break
+                async with self._lock:
+                    await self._commit(None)
+                if rewound:
+                    await self._pause(self._redelivery_backoff_s)
+        finally:
+            self._idle.set()
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+    async def _process(self, tp: TopicPartition, records: list[ConsumerRecord]) -> bool:
+        """Handle one partition's batch in order; True if it was rewound to redeliver a failed message."""
+        assert self._consumer is not None
+        for record in records:
+            if self._stopping.is_set():
+                return False
+            async with self._lock:
+                if tp not in self._consumer.assignment():
+                    return False  # revoked while we worked; the new owner continues from the commit
+                if not await self._handle(record):
+                    self._consumer.seek(tp, record.offset)
+                    self._rewinds.labels(topic=tp.topic).inc()
+                    return True
+                self._pending[tp] = record.offset + 1
+                self._handled.labels(topic=tp.topic).inc()
+        return False
+
+    async def _handle(self, record: ConsumerRecord) -> bool:
+        """True when the message is done with (handled or dead-lettered), False to redeliver it later."""
+        delivery = Delivery(record.topic, record.partition, record.offset, record.key,
+                            tuple(record.headers or ()), record.timestamp)
+        try:
+            message = self._decoder.decode(record.value or b"")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return await self._dead_letter(record, exc, "undecodable")
+
+        async def attempt() -> None:
+            try:
+                await self._handler(message, delivery)
+            except TransientError:
+                raise
+            except Exception as exc:
+                if self._classify(exc) == "transient":
+                    raise TransientError(str(exc)) from exc
+                raise
+
+        try:
+            await retry_transient(attempt, policy=self._retry, what=f"handle:{record.topic}")
+            return True
+        except Exception as exc:
+            cause = exc.__cause__ if isinstance(exc, TransientError) and exc.__cause__ else exc
+            outcome = self._classify(cause)
+            if outcome == "fatal":
+                log.error("kafka_handler_fatal", topic=record.topic, partition=record.partition,
+                          offset=record.offset, error=str(cause))
+                raise
+            if outcome == "transient":
+                log.warning("kafka_handler_retry_later", topic=record.topic, partition=record.partition,
+                            offset=record.offset, error=str(cause))
+                return False
+            log.exception("kafka_handler_failed", topic=record.topic, partition=record.partition,
+                          offset=record.offset)
+            return await self._dead_letter(record, cause, "handler_failed")
+
+    async def _dead_letter(self, record: ConsumerRecord, error: BaseException, reason: str) -> bool:
+        assert self._dlq is not None
+        headers = list(record.headers or ()) + [
+            ("shoal-dlq-reason", reason.encode()),
+            ("shoal-dlq-error", f"{type(error).__name__}: {error}"[:2000].encode()),
+            ("shoal-dlq-source", f"{record.topic}/{record.partition}/{record.offset}".encode()),
+            ("shoal-dlq-group", self.group_id.encode()),
+        ]
+        try:
+            await self._dlq.publish_raw(dlq_topic(record.topic), record.value or b"", key=record.key,
+                                        headers=headers)
+        except ShoalError as exc:
+            log.warning("kafka_dead_letter_failed", topic=record.topic, offset=record.offset, error=str(exc))
+            return False
+        self._dead.labels(topic=record.topic, reason=reason).inc()
+        log.warning("kafka_message_dead_lettered", topic=record.topic, partition=record.partition,
+                    offset=record.offset, reason=reason, error=str(error))
+        return True
+
+    async def _commit(self, only: set[TopicPartition] | None) -> None:
+        """Commit the done offsets (of `only` these partitions); caller holds the lock."""
+        offsets = {tp: off for tp, off in self._pending.items() if only is None or tp in only}
+        if not offsets or self._consumer is None:
+            return
+        for tp in offsets:
+            del self._pending[tp]
+        try:
+            await self._consumer.commit(offsets)
+        except KafkaError as exc:  # rebalanced meanwhile: the new owner redelivers; handlers de-duplicate
+            log.warning("kafka_commit_failed", group=self.group_id, error=str(exc))
