@@ -51,6 +51,12 @@ def test_values_are_read_and_converted() -> None:
     assert redacted(s)["kafka"]["sasl_password"] == "***"
 
 
+def test_kubeconfig_alias_used_by_the_dev_stack() -> None:
+    assert load_settings(ServiceSettings, env={"SHOAL_KUBECONFIG": "/k"}).kube.kubeconfig == "/k"
+    env = {"SHOAL_KUBECONFIG": "/k", "SHOAL_KUBE_KUBECONFIG": "/own"}
+    assert load_settings(ServiceSettings, env=env).kube.kubeconfig == "/own"
+
+
 def test_every_invalid_value_is_listed_together() -> None:
     env = {
         "SHOAL_HTTP_PORT": "70000",

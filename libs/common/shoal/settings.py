@@ -20,7 +20,7 @@ import os
 import sys
 import typing
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -35,7 +35,10 @@ PositiveFloat = Annotated[float, Meta(gt=0)]
 
 
 class Section(msgspec.Struct, frozen=True, kw_only=True):
-    """Base of every settings struct; override `problems` for checks that involve several fields."""
+    """Base of every settings struct; override `problems` for checks that involve several fields.
+    `env_aliases` maps a field to another variable read when the field's own variable is unset."""
+
+    env_aliases: ClassVar[dict[str, str]] = {}
 
     def problems(self) -> list[str]:
         return []
@@ -87,7 +90,9 @@ class RedisSettings(Section, frozen=True, kw_only=True):
 
 
 class KubeSettings(Section, frozen=True, kw_only=True):
-    kubeconfig: str | None = None  # path; unset: $KUBECONFIG, then in-cluster
+    env_aliases: ClassVar[dict[str, str]] = {"kubeconfig": "SHOAL_KUBECONFIG"}  # as `shoal dev up` prints
+
+    kubeconfig: str | None = None  # path (SHOAL_KUBE_KUBECONFIG or SHOAL_KUBECONFIG); unset: $KUBECONFIG, ~/.kube/config, in-cluster
     context: str | None = None
     in_cluster: bool = False
     request_timeout_s: PositiveFloat = 30.0
@@ -142,6 +147,9 @@ def _read(cls: type[S], env: Mapping[str, str], prefix: str, problems: list[str]
                 values[field.name] = nested
             continue
         raw = env.get(var, "")
+        if raw == "" and field.name in cls.env_aliases:
+            var = cls.env_aliases[field.name]
+            raw = env.get(var, "")
         if raw == "":
             continue
         value: Any = [part.strip() for part in raw.split(",") if part.strip()] if _is_sequence(tp) else raw
