@@ -19,6 +19,7 @@ import asyncio
 import datetime as dt
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +149,7 @@ class FakeKubelet:
     pods: dict[str, PodView] = field(default_factory=dict)
     finish_timers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     delete_timers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    launched: set[str] = field(default_factory=set)  # uids already patched to Running
+    launched: dict[str, float] = field(default_factory=dict)  # uid -> when we marked it Running (epoch s)
     wanted: dict[str, str] = field(default_factory=dict)  # uid -> "run" | "finish"
     queue: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     ip_counter: int = 0
@@ -174,18 +175,15 @@ class FakeKubelet:
                     "bad %s=%r on %s/%s", RUN_SECONDS, pod.annotations[RUN_SECONDS], pod.namespace, pod.name
                 )
                 return
-            started = _parse_time(pod.start_time)
-            delay = (
-                max(0.0, seconds - (dt.datetime.now(dt.UTC) - started).total_seconds())
-                if started
-                else seconds
-            )
+            # startTime has whole seconds only: prefer the exact moment this process marked the pod Running
+            started = self.launched.get(pod.uid) or _epoch(pod.start_time)
+            delay = max(0.0, seconds - (time.time() - started)) if started else seconds
             self.finish_timers[pod.uid] = asyncio.ensure_future(self._later(delay, self._finish, pod))
 
     def forget(self, uid: str) -> None:
         self.pods.pop(uid, None)
         self.wanted.pop(uid, None)
-        self.launched.discard(uid)
+        self.launched.pop(uid, None)
         _cancel(self.finish_timers.pop(uid, None))
         _cancel(self.delete_timers.pop(uid, None))
 
@@ -254,7 +252,7 @@ class FakeKubelet:
                     _preload_content=False,
                 )
                 if action == "run":
-                    self.launched.add(pod.uid)
+                    self.launched[pod.uid] = time.time()
                 log.info("%s %s/%s", status["phase"].lower(), pod.namespace, pod.name)
                 return
             except ApiException as exc:
@@ -336,11 +334,11 @@ def _cancel(task: asyncio.Task[None] | None) -> None:
         task.cancel()
 
 
-def _parse_time(value: str | None) -> dt.datetime | None:
+def _epoch(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
