@@ -10,7 +10,7 @@ DIR=$CACHE/kafka-$V
 STAMP="kafka=$V log4j=$LOG4J slf4j=$SLF4J"
 if [ -f "$DIR/.done" ] && [ "$(cat "$DIR/.done")" = "$STAMP" ]; then echo "kafka $V: cached"; exit 0; fi
 command -v mvn >/dev/null || { echo "fetch-kafka: mvn not found (apt-get install -y maven)" >&2; exit 1; }
-command -v java >/dev/null || { echo "fetch-kafka: java not found (apt-get install -y openjdk-17-jre-headless)" >&2; exit 1; }
+command -v java >/dev/null || { echo "fetch-kafka: java not found (apt-get install -y default-jre-headless)" >&2; exit 1; }
 mkdir -p "$DIR"
 cat > "$DIR/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0">
