@@ -103,8 +103,10 @@ def compute_plan(
 
 
 def mps_env(share: ShareSpec, mode: str, *, device_ordinal: int = 0) -> dict[str, str]:
-    """MPS client env for a share: memory limit = its limit; threads = request (strict) or limit (fair/none)."""
-    compute = share.compute_request if mode == "strict" else share.compute_limit
+    """MPS client env for a share: memory limit = its memory limit; active threads = the compute request
+    (strict, and the NVIDIA-default mode `none`, where MPS is a static spatial split) or the compute limit
+    (fair, usually 100 %). A share without a compute request (`gpu-memory` pods) gets its limit."""
+    compute = share.compute_request if mode != "fair" and share.compute_request > 0 else share.compute_limit
     percent = max(1, min(100, math.ceil(compute * 100)))
     return {
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percent),

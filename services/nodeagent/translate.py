@@ -25,6 +25,7 @@ class PodView:
     container_ids: tuple[str, ...] = ()
     priority: int = 0
     deleting: bool = False
+    fraction_container: str = "0"  # KAI's ConfigMap index of the GPU container: "<idx>" or "i<idx>" (init)
 
     @property
     def key(self) -> str:
@@ -65,6 +66,15 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         if s.get("containerID")
     )
     created = meta.get("creationTimestamp") or ""
+    wanted = (meta.get("annotations") or {}).get("gpu-fraction-container-name")
+    suffix = "0"
+    if wanted:
+        names = [c.get("name") for c in spec.get("containers") or []]
+        inits = [c.get("name") for c in spec.get("initContainers") or []]
+        if wanted in names:
+            suffix = str(names.index(wanted))
+        elif wanted in inits:
+            suffix = f"i{inits.index(wanted)}"
     if not isinstance(created, str):
         created = created.isoformat()
     return PodView(
@@ -80,6 +90,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         container_ids=ids,
         priority=int(spec.get("priority") or 0),
         deleting=bool(meta.get("deletionTimestamp")),
+        fraction_container=suffix,
     )
 
 

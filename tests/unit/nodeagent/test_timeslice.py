@@ -74,3 +74,11 @@ def test_mps_env_values():
     assert mps_env(s, "strict") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
                                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8192M"}
     assert mps_env(s, "fair")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "100"
+
+
+def test_mps_env_none_mode_is_spatial_split_and_memory_pods_get_limit():
+    s = share("a", 4096, fraction="0.3", limit_fraction="1")
+    assert mps_env(s, "none")["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+    mem = share("m", 2048)
+    assert mps_env(mem, "strict") == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100",
+                                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2048M"}
