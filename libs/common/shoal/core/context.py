@@ -1,0 +1,113 @@
+"""What every action works on during one cycle: the session, its statement, node filter, fair shares and
+the outcomes to report (conditions, events). Core II actions (reclaim, preempt, consolidation, stale
+gang eviction) get the same context.
+"""
+
+from __future__ import annotations
+
+from shoal.core.fairshare import FairShareResult, QueueInput, QueueShare, divide_fair_share
+from shoal.core.fairshare import QueueResource as ShareResource
+from shoal.core.fairshare import QueueUsage as ShareUsage
+from shoal.core.placement import NodeFilter
+from shoal.core.queue_order import record_allocation
+from shoal.core.resources import Resources
+from shoal.core.session import ACTIVE, PENDING, Job, Session, Task
+from shoal.core.statement import Op, Statement
+
+
+class JobOutcome:
+    """Why a job was not (fully) scheduled this cycle."""
+
+    __slots__ = ("reasons", "per_pod_fit", "not_ready")
+
+    def __init__(self) -> None:
+        self.reasons: list[tuple[str, str, dict | None]] = []  # (reason, message, queue details)
+        self.per_pod_fit: str | None = None  # fit error when the message is the per-pod one
+        self.not_ready: str | None = None
+
+
+def _created_key(value: str | int) -> str:
+    return value if isinstance(value, str) else f"{value:020d}"
+
+
+def queue_inputs(session: Session) -> list[QueueInput]:
+    """The fairshare helper's inputs from the session: own (not rolled-up) request/allocated per queue."""
+    own: dict[str, list[list[int]]] = {name: [[0, 0, 0], [0, 0, 0], [0, 0, 0]] for name in session.queues}
+    for job in session.jobs.values():
+        acc = own.get(job.queue)
+        if acc is None:
+            continue
+        req, alloc, np = acc
+        for t in job.tasks:
+            st = t.status
+            if st == PENDING or st in ACTIVE:
+                req[0] += t.cpu
+                req[1] += t.mem
+                req[2] += t.gpu_fair
+            if st in ACTIVE:
+                alloc[0] += t.cpu
+                alloc[1] += t.mem
+                alloc[2] += t.gpu_fair
+                if not job.preemptible:
+                    np[0] += t.cpu
+                    np[1] += t.mem
+                    np[2] += t.gpu_fair
+    usage = {u.queue: u for u in session.config.usage}
+    out = []
+    for name, qs in session.queues.items():
+        q = qs.queue
+        u = usage.get(name)
+        req, alloc, np = own[name]
+        out.append(
+            QueueInput(
+                name=name,
+                parent=q.parent or None,
+                priority=q.priority,
+                creation_key=_created_key(q.created),
+                cpu=ShareResource(q.cpu.quota, q.cpu.limit, q.cpu.weight),
+                memory=ShareResource(q.memory.quota, q.memory.limit, q.memory.weight),
+                gpu=ShareResource(q.gpu.quota, q.gpu.limit, q.gpu.weight),
+                request=Resources(*req),
+                allocated=Resources(*alloc),
+                allocated_non_preemptible=Resources(*np),
+                usage=ShareUsage(u.cpu, u.memory, u.gpu) if u is not None else ShareUsage(),
+                display_name=q.display_name,
+            )
+        )
+    return out
+
+
+class Context:
+    def __init__(self, session: Session, fair: FairShareResult | None = None) -> None:
+        self.session = session
+        self.statement = Statement(session)
+        self.nodes = NodeFilter(session)
+        if fair is None:
+            cpu, mem, gpu = session.total_capacity()
+            fair = divide_fair_share(queue_inputs(session), Resources(cpu, mem, gpu), session.config.k_value)
+        self.fair = fair
+        self.shares: dict[str, QueueShare] = dict(fair.queues)
+        self.total = fair.total
+        self.outcomes: dict[str, JobOutcome] = {}
+        self.accepted: list[Op] = []  # committed placement/eviction ops in decision order
+        self.job_ops: dict[str, list[Op]] = {}
+
+    def outcome(self, job: Job) -> JobOutcome:
+        out = self.outcomes.get(job.key)
+        if out is None:
+            out = self.outcomes[job.key] = JobOutcome()
+        return out
+
+    def accept(self, ops: list[Op]) -> None:
+        """Record committed ops and keep the queue figures used by the policies in step."""
+        for op in ops:
+            task: Task = op.task
+            job = task.job
+            if job is None:
+                continue
+            self.accepted.append(op)
+            self.job_ops.setdefault(job.key, []).append(op)
+            sign = -1 if op.kind == "evict" else 1
+            delta = Resources(task.cpu * sign, task.mem * sign, task.gpu_fair * sign)
+            if job.queue in self.shares:
+                record_allocation(self.shares, job.queue, delta, not job.preemptible)

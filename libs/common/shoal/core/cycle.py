@@ -1,0 +1,196 @@
+"""The public entry point: `run_cycle(snapshot) -> Plan`.
+
+One cycle = build the session from the snapshot, divide fair share, run the enabled actions in KAI's
+order (allocate, consolidation, reclaim, preempt, stalegangeviction), and turn what was committed into
+a Plan. The core reads no clock: `run_cycle_timed(snapshot, timer)` takes a timer callable (the CLI
+passes `time.perf_counter`) and also returns the durations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from shoal.core import allocate, reasons
+from shoal.core.context import Context
+from shoal.core.gpusharing import portion_text
+from shoal.core.model import ANNOTATION_LAST_START, Snapshot
+from shoal.core.plan import (
+    Annotate,
+    Bind,
+    ClearCondition,
+    ConditionReason,
+    CycleTimings,
+    Evict,
+    Pipeline,
+    Plan,
+    PodEvent,
+    PodGroupEvent,
+    QueueDetails,
+    QueueFigures,
+    Reserve,
+    ResourceFigures,
+    SetCondition,
+    make_plan,
+)
+from shoal.core.session import ACTIVE, PENDING, Session
+
+# KAI action order (priority 500, 400, 300, 200, 100). Core II registers the other four here.
+ACTION_ORDER = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+ACTIONS: dict[str, Callable[[Context], None]] = {"allocate": allocate.run}
+
+
+def now_text(now: str | int) -> str:
+    if isinstance(now, str):
+        return now
+    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def enabled_actions(snapshot: Snapshot) -> list[str]:
+    cfg = snapshot.config
+    names = [a for a in ACTION_ORDER if a in cfg.actions]
+    if cfg.gpu_placement == "spread" or cfg.cpu_placement == "spread" or cfg.max_consolidation_preemptees <= 0:
+        names = [a for a in names if a != "consolidation"]
+    return names
+
+
+def _vec(r) -> tuple[int, int, int]:
+    return (r.cpu_milli, r.memory_bytes, r.gpu_milli)
+
+
+def _details(d: dict | None) -> QueueDetails | None:
+    if not d or "queueAllocatedResources" not in d:
+        return None
+    return QueueDetails(
+        name=str(d["name"]),
+        requested=_vec(d["queueRequestedResources"]),
+        deserved=_vec(d["queueDeservedResources"]),
+        allocated=_vec(d["queueAllocatedResources"]),
+        allocated_non_preemptible=_vec(d["queueAllocatedNonPreemptibleResources"]),
+        limit=_vec(d["queueResourceLimits"]),
+        pod_group_requested=_vec(d["podGroupRequestedResources"]),
+        pod_group_requested_non_preemptible=_vec(d["podGroupRequestedNonPreemptibleResources"]),
+    )
+
+
+def build_plan(ctx: Context) -> Plan:
+    session = ctx.session
+    snap = session.snapshot
+    ops: list = []
+    for op in ctx.accepted:
+        task = op.task
+        pod = task.pod
+        pg = task.job.key if task.job is not None else ""
+        if op.kind == "allocate":
+            for gid, index in op.new_groups:
+                ops.append(Reserve(node=op.node.name, gpu_group=gid, gpu_index=index))
+            frac = task.is_fraction
+            ops.append(
+                Bind(
+                    pod=pod.key,
+                    pod_uid=pod.uid,
+                    node=op.node.name,
+                    gpu_groups=op.groups,
+                    fraction=portion_text(task) if frac else None,
+                    gpus=task.devices if frac else task.gpus,
+                    received_resource_type="Fraction" if frac else "Regular",
+                    pod_group=pg,
+                )
+            )
+        elif op.kind == "pipeline":
+            ops.append(
+                Pipeline(
+                    pod=pod.key,
+                    pod_uid=pod.uid,
+                    node=op.node.name,
+                    gpu_groups=op.groups,
+                    pod_group=pg,
+                    message=reasons.pipelined_event(pod.key, op.node.name),
+                )
+            )
+        elif op.kind == "evict":
+            ops.append(
+                Evict(
+                    pod=pod.key, pod_uid=pod.uid, node=op.node.name, action=op.action, by=op.by,
+                    message=op.message, pod_group=pg,
+                )
+            )
+    status: list = []
+    stamp = now_text(snap.now)
+    for key in sorted(session.jobs):
+        job = session.jobs[key]
+        job_ops = ctx.job_ops.get(key, ())
+        if job.allocated_at_start == 0 and any(o.kind == "allocate" for o in job_ops):
+            status.append(Annotate(pod_group=key, key=ANNOTATION_LAST_START, value=stamp))
+        out = ctx.outcomes.get(key)
+        active = any(t.status in ACTIVE for t in job.tasks)
+        if out is not None and out.not_ready:
+            status.append(PodGroupEvent(pod_group=key, reason=reasons.NOT_READY, message=out.not_ready))
+        if out is not None and out.reasons:
+            first = out.reasons[-1:]  # the last attempt's verdict
+            message = reasons.condition_message([(r, m) for r, m, _ in first])
+            if not active and job.group.mark_unschedulable is not False:
+                status.append(
+                    SetCondition(
+                        pod_group=key,
+                        reason=first[0][0],
+                        message=message,
+                        reasons=tuple(ConditionReason(reason=r, message=m, details=_details(d)) for r, m, d in first),
+                        node_pool=job.group.node_pool,
+                    )
+                )
+            for t in sorted(job.tasks, key=lambda t: t.key):
+                if t.status != PENDING:
+                    continue
+                text = reasons.pod_error(t.key, out.per_pod_fit) if out.per_pod_fit else first[0][1]
+                status.append(
+                    PodEvent(pod=t.key, reason=reasons.UNSCHEDULABLE, message=text, pod_group=key)
+                )
+        elif active and job.group.condition_reason:
+            status.append(ClearCondition(pod_group=key))
+    return make_plan(snap.revision, ops + status, queue_figures(ctx))
+
+
+def queue_figures(ctx: Context) -> list[QueueFigures]:
+    out = []
+    for name in sorted(ctx.shares):
+        s = ctx.shares[name]
+        figs = {}
+        for res, attr in (("cpu", "cpu_milli"), ("memory", "memory_bytes"), ("gpu", "gpu_milli")):
+            figs[res] = ResourceFigures(
+                deserved=getattr(s.deserved, attr),
+                fair_share=getattr(s.fair_share, attr),
+                allocated=getattr(s.allocated, attr),
+                limit=getattr(s.limit, attr),
+                allocated_non_preemptible=getattr(s.allocated_non_preemptible, attr),
+                request=getattr(s.request, attr),
+            )
+        out.append(QueueFigures(name=name, **figs))
+    return out
+
+
+def run_cycle_timed(snapshot: Snapshot, timer: Callable[[], float] | None = None) -> tuple[Plan, CycleTimings]:
+    clock = timer if timer is not None else (lambda: 0.0)
+    t0 = clock()
+    session = Session(snapshot)
+    ctx = Context(session)
+    t1 = clock()
+    durations: dict[str, float] = {}
+    for name in enabled_actions(snapshot):
+        fn = ACTIONS.get(name)
+        a0 = clock()
+        if fn is not None:
+            fn(ctx)
+        durations[name] = round((clock() - a0) * 1000.0, 3)
+    plan = build_plan(ctx)
+    t2 = clock()
+    timings = CycleTimings(
+        snapshot_build_ms=round((t1 - t0) * 1000.0, 3),
+        total_duration_ms=round((t2 - t0) * 1000.0, 3),
+        action_durations_ms=durations,
+    )
+    return plan, timings
+
+
+def run_cycle(snapshot: Snapshot, timer: Callable[[], float] | None = None) -> Plan:
+    return run_cycle_timed(snapshot, timer)[0]

@@ -1,0 +1,93 @@
+"""GPU fractions (KAI §5.4): which shared GPU groups of a node a fractional pod takes.
+
+Accounting is in milli-device: a group is one physical GPU with 1000 milli; a `gpu-fraction` f takes
+f x 1000, a `gpu-memory` request takes ceil(mem x 1000 / node GPU memory) (same as f x node memory).
+A group fits when its free portion (plus what its releasing pods give back) covers the request and the
+group is not entirely releasing. Candidates on a node: every fitting existing group, plus one new group
+per idle or releasing whole GPU.
+
+Scoring (GpuOrderFn): gpupack (binpack) prefers the most used group, a new whole GPU scores 0;
+gpuspread prefers the least used, a new whole GPU scores 1. Candidates that fit in idle come before
+those that need releasing resources; ties go by group id. A multi-device fraction takes the first
+`num_devices` candidates.
+
+New group ids are deterministic: derived from the node name, the pod uid and the device ordinal of
+the request (unique because pod uids are unique, stable for the same snapshot).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from shoal.core.session import DEVICE_MILLI, NodeState, Task
+from shoal.core.statement import GroupPick
+
+
+def new_group_id(node_name: str, pod_uid: str, ordinal: int) -> str:
+    h = hashlib.sha256(f"{node_name}/{pod_uid}/{ordinal}".encode()).hexdigest()
+    return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def has_fitting_group(node: NodeState, share: int) -> bool:
+    """gpusharingorder: the node already has a shared group this fraction fits in."""
+    for g in node.groups.values():
+        if g.active_members > 0 and DEVICE_MILLI - g.used + g.releasing >= share:
+            return True
+    return False
+
+
+def pick_groups(node: NodeState, task: Task, strategy: str) -> tuple[list[GroupPick], bool] | None:
+    """The groups a fraction takes on `node` and whether it must be pipelined; None if it does not fit."""
+    share = task.device_milli(node)
+    if share is None or share > DEVICE_MILLI or share <= 0:
+        return None
+    spread = strategy == "spread"
+    cands: list[tuple[int, int, int, str, bool, bool]] = []  # (releasing, rank, kind, id, new, from_rel)
+    for g in node.groups.values():
+        if g.active_members <= 0:
+            continue  # empty or entirely releasing
+        free = DEVICE_MILLI - g.used
+        if share <= free:
+            rel = 0
+        elif share <= free + g.releasing:
+            rel = 1
+        else:
+            continue
+        rank = g.used if spread else -g.used
+        cands.append((rel, rank, 0, g.id, False, False))
+    need = task.devices
+    idle_new = min(max(node.idle_gpus, 0), need)
+    rel_new = min(max(node.rel_gpus, 0), need)
+    for k in range(idle_new):
+        cands.append((0, 0, 1, f"~{k:04d}", True, False))
+    for k in range(rel_new):
+        cands.append((1, 0, 1, f"~{k:04d}", True, True))
+    if len(cands) < need:
+        return None
+    cands.sort()
+    picks: list[GroupPick] = []
+    pipelined = False
+    ordinal = 0
+    for rel, _rank, _kind, gid, new, from_rel in cands[:need]:
+        if new:
+            gid = new_group_id(node.name, task.pod.uid, ordinal)
+            ordinal += 1
+        picks.append(GroupPick(gid, new, from_rel))
+        pipelined = pipelined or rel == 1
+    return picks, pipelined
+
+
+def portion_text(task: Task) -> str | None:
+    """The BindRequest `receivedGPU.portion` ("%.2f") for a fraction, None for whole-GPU pods."""
+    if not task.is_fraction:
+        return None
+    if task.frac_milli is not None:
+        milli = task.frac_milli
+    else:
+        node = task.node
+        mem = node.gpu_mem if node is not None and node.gpu_mem else None
+        if mem is None:
+            return None
+        milli = -(-task.frac_mem * DEVICE_MILLI // mem)
+    hundredths = (milli + 5) // 10
+    return f"{hundredths // 100}.{hundredths % 100:02d}"
