@@ -1,0 +1,58 @@
+"""A `redis.asyncio` client built from settings (ACL user/password, TLS via rediss://), bytes in and out.
+
+Usage::
+
+    redis = connect_redis(settings.redis)
+    try:
+        store = SnapshotStore(redis, Snapshot)
+        ...
+    finally:
+        await redis.aclose()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, TryAgainError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from shoal.errors import PermanentError, ShoalError, TransientError
+from shoal.settings import RedisSettings
+
+
+def connect_redis(settings: RedisSettings) -> Redis:
+    """A lazily connecting client; `decode_responses` is off so msgpack blobs stay bytes."""
+    kwargs: dict[str, Any] = {
+        "decode_responses": False,
+        "socket_connect_timeout": 5,
+        "socket_timeout": 30,
+        "health_check_interval": 30,
+    }
+    if settings.username:
+        kwargs["username"] = settings.username
+    if settings.password:
+        kwargs["password"] = settings.password
+    if settings.url.startswith("rediss://"):
+        kwargs.update(ssl_ca_certs=settings.ssl_cafile, ssl_certfile=settings.ssl_certfile,
+                      ssl_keyfile=settings.ssl_keyfile)
+    return Redis.from_url(settings.url, **kwargs)
+
+
+def redis_error(exc: BaseException) -> ShoalError:
+    """Connection problems, timeouts and TRYAGAIN are transient; other Redis errors are permanent."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | TryAgainError | ConnectionError | TimeoutError):
+        return TransientError(f"redis: {exc}")
+    if isinstance(exc, RedisError):
+        return PermanentError(f"redis: {exc}")
+    return PermanentError(f"redis: {type(exc).__name__}: {exc}")
+
+
+async def redis_ready(redis: Redis) -> bool:
+    """For /readyz: True when Redis answers PING."""
+    try:
+        return bool(await redis.ping())
+    except (RedisError, OSError):
+        return False
