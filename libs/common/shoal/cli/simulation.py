@@ -1,0 +1,159 @@
+"""The `shoal simulate` loop: manifests in, cycles of the real core, results out (no I/O here).
+
+Per cycle: build the snapshot from the current documents (`snapshot_from_objects`), run the core's
+`run_cycle`, then act as the cluster: binds take effect (the pod runs on its node, a fractional pod
+gets its `runai-gpu-group` label), pipelined pods keep `status.nominatedNodeName`, evicted pods
+disappear and an evicted pod with a controller owner comes back as a new pending pod named
+`<pod>-r<cycle>`; PodGroup annotations and scheduling conditions from the plan are written back; the
+clock advances by `schedulePeriod` (SchedulerConfig, default 1s).
+Before the first cycle the workloads that have no pods get them (`expand_workloads`), and pods that
+name no PodGroup get the podgrouper's (written back, as the podgrouper service would).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from shoal.core.cycle import run_cycle_timed
+from shoal.core.ingest import IngestResult, Problem, add_seconds, expand_workloads, recreate_pod, snapshot_from_objects
+from shoal.core.model import ALL_ACTIONS
+from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition
+from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL
+
+GPU_GROUP_LABEL = "runai-gpu-group"
+RECEIVED_TYPE = "received-resource-type"
+DEFAULT_NOW = "2026-01-01T00:00:00Z"
+Timer = Callable[[], float]
+
+
+@dataclass
+class CycleRecord:
+    cycle: int
+    plan: Plan
+    snapshot_build_ms: float
+    total_duration_ms: float
+    action_durations_ms: dict[str, float]
+
+
+@dataclass
+class SimulationResult:
+    cycles: list[CycleRecord] = field(default_factory=list)
+    documents: list[dict] = field(default_factory=list)  # the cluster after the last cycle
+    problems: tuple[Problem, ...] = ()
+    last: IngestResult | None = None
+
+
+def _meta(doc: Mapping) -> dict:
+    return doc.setdefault("metadata", {})
+
+
+def _key(doc: Mapping) -> str:
+    meta = doc.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def _kind_key(doc: Mapping) -> tuple[str, str]:
+    return str(doc.get("kind") or ""), _key(doc)
+
+
+def _run_core(snapshot, timer: Timer) -> tuple[Plan, float, dict[str, float]]:
+    """The plan, the session-build milliseconds and every action's milliseconds (0 when disabled)."""
+    plan, timings = run_cycle_timed(snapshot, timer)
+    durations = {name: float(timings.action_durations_ms.get(name, 0.0)) for name in ALL_ACTIONS}
+    return plan, timings.snapshot_build_ms, durations
+
+
+def _materialize_groups(docs: list[dict], ingest: IngestResult) -> None:
+    """Write the podgrouper's PodGroups and pod annotations/labels back into the documents."""
+    present = {_kind_key(d) for d in docs}
+    for key in sorted(ingest.generated_podgroups):
+        manifest = ingest.generated_podgroups[key]
+        if ("PodGroup", key) not in present:
+            docs.append(copy.deepcopy(manifest))
+    for doc in docs:
+        if doc.get("kind") != "Pod":
+            continue
+        membership = ingest.pod_groups_of_pods.get(_key(doc))
+        if membership is None:
+            continue
+        name, subgroup = membership
+        meta = _meta(doc)
+        meta.setdefault("annotations", {})[POD_GROUP_ANNOTATION] = name
+        if subgroup is not None:
+            meta.setdefault("labels", {})[SUBGROUP_LABEL] = subgroup
+
+
+def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
+    pods = {_key(d): d for d in docs if d.get("kind") == "Pod"}
+    groups = {_key(d): d for d in docs if d.get("kind") == "PodGroup"}
+    removed: set[str] = set()
+    added: list[dict] = []
+    for op in plan.ops:
+        if isinstance(op, Bind) and op.pod in pods:
+            pod = pods[op.pod]
+            pod.setdefault("spec", {})["nodeName"] = op.node
+            status = pod.setdefault("status", {})
+            status["phase"] = "Running"
+            status.pop("nominatedNodeName", None)
+            labels = _meta(pod).setdefault("labels", {})
+            if len(op.gpu_groups) == 1:
+                labels[GPU_GROUP_LABEL] = op.gpu_groups[0]
+            else:
+                for group in op.gpu_groups:
+                    labels[f"{GPU_GROUP_LABEL}/{group}"] = group
+            _meta(pod).setdefault("annotations", {})[RECEIVED_TYPE] = op.received_resource_type
+        elif isinstance(op, Pipeline) and op.pod in pods:
+            pods[op.pod].setdefault("status", {})["nominatedNodeName"] = op.node
+        elif isinstance(op, Evict) and op.pod in pods and op.pod not in removed:
+            removed.add(op.pod)
+            pod = pods[op.pod]
+            if any(isinstance(r, Mapping) and r.get("controller") for r in _meta(pod).get("ownerReferences") or ()):
+                namespace, name = op.pod.split("/", 1)
+                base = name.rsplit("-r", 1)[0] if _meta(pod).get("annotations", {}).get("shoal.io/recreated") else name
+                fresh = recreate_pod(pod, f"{base}-r{cycle}")
+                fresh["metadata"]["creationTimestamp"] = now
+                fresh["metadata"].setdefault("annotations", {})["shoal.io/recreated"] = "true"
+                added.append(fresh)
+        elif isinstance(op, Annotate) and op.pod_group in groups:
+            _meta(groups[op.pod_group]).setdefault("annotations", {})[op.key] = op.value
+        elif isinstance(op, SetCondition) and op.pod_group in groups:
+            groups[op.pod_group].setdefault("status", {})["schedulingConditions"] = [{
+                "type": "UnschedulableOnNodePool", "nodePool": op.node_pool or "default", "reason": "Unschedulable",
+                "message": op.message, "status": "True",
+                "reasons": [{"reason": r.reason, "message": r.message} for r in op.reasons],
+            }]
+        elif isinstance(op, ClearCondition) and op.pod_group in groups:
+            groups[op.pod_group].setdefault("status", {}).pop("schedulingConditions", None)
+    kept = [d for d in docs if not (d.get("kind") == "Pod" and _key(d) in removed)]
+    return kept + added
+
+
+def simulate(documents: Sequence[Mapping], *, cycles: int = 1, now: str | None = None,
+             config_doc: Mapping | None = None, timer: Timer | None = None) -> SimulationResult:
+    """Run `cycles` cycles over `documents`; stops early (with problems) if the input is invalid."""
+    clock = timer or (lambda: 0.0)
+    docs = [copy.deepcopy(dict(d)) if isinstance(d, Mapping) else d for d in documents]
+    valid = [d for d in docs if isinstance(d, dict)]
+    docs = docs + expand_workloads(valid)
+    current = now or DEFAULT_NOW
+    result = SimulationResult()
+    for cycle in range(1, cycles + 1):
+        started = clock()
+        ingest = snapshot_from_objects(docs, now=current, revision=cycle, config_doc=config_doc)
+        built = clock()
+        if ingest.problems:
+            result.problems = ingest.problems
+            result.documents = docs
+            return result
+        _materialize_groups(docs, ingest)
+        plan, session_ms, actions = _run_core(ingest.snapshot, clock)
+        finished = clock()
+        result.cycles.append(CycleRecord(cycle=cycle, plan=plan, snapshot_build_ms=(built - started) * 1000 + session_ms,
+                                         total_duration_ms=(finished - started) * 1000, action_durations_ms=actions))
+        docs = _apply(docs, plan, cycle, current)
+        result.last = ingest
+        current = add_seconds(current, ingest.settings.schedule_period_s)
+    result.documents = docs
+    return result
