@@ -25,6 +25,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
 )
 
@@ -39,6 +40,7 @@ class Metrics:
     def __init__(self, namespace: str = "shoal") -> None:
         self.namespace = namespace
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes…
         self._made: dict[str, Any] = {}
 
     def _get(self, kind: type, name: str, doc: str, labels: Sequence[str], **kwargs: Any) -> Any:
