@@ -31,7 +31,7 @@ def new_group_id(node_name: str, pod_uid: str, ordinal: int) -> str:
 def has_fitting_group(node: NodeState, share: int) -> bool:
     """gpusharingorder: the node already has a shared group this fraction fits in."""
     for g in node.groups.values():
-        if g.active_members > 0 and DEVICE_MILLI - g.used + g.releasing >= share:
+        if (g.active_members > 0 or g.members == 0) and DEVICE_MILLI - g.used + g.releasing >= share:
             return True
     return False
 
@@ -44,8 +44,8 @@ def pick_groups(node: NodeState, task: Task, strategy: str) -> tuple[list[GroupP
     spread = strategy == "spread"
     cands: list[tuple[int, int, int, str, bool, bool]] = []  # (releasing, rank, kind, id, new, from_rel)
     for g in node.groups.values():
-        if g.active_members <= 0:
-            continue  # empty or entirely releasing
+        if g.members > 0 and g.active_members <= 0:
+            continue  # entirely releasing (a group kept only by its reservation pod is joinable)
         free = DEVICE_MILLI - g.used
         if share <= free:
             rel = 0
