@@ -1,0 +1,267 @@
+"""Wiring: the apiserver, the GPU inventory, Kafka and HTTP around `handlers.NodeAgent`.
+
+Each tick (every `sample_period_s`) the agent lists the nodes it serves (its own node, or every node
+matching the fake-node selector) and the pods on each (field selector `spec.nodeName`), samples the
+node's GPUs, lets `NodeAgent.tick` decide, then acts: pod annotation patches, Warning events, process
+kills, ConfigMap writes; metrics are updated every tick and `GpuUsage` is published every
+`telemetry_period_s`. Listing every tick keeps the agent stateless across restarts (the cluster is the
+truth) at the cost of one list per node per tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.nodeagent.binding import RESERVE_ANNOTATION
+from services.nodeagent.config import NodeAgentSettings
+from services.nodeagent.fake_backend import FakeInventory, gpus_for_node
+from services.nodeagent.handlers import (
+    AgentConfig,
+    NodeAgent,
+    PodEvent,
+    TickResult,
+    WriteConfigMap,
+    is_reservation,
+)
+from services.nodeagent.inventory import GpuInventory, NoSuchProcess
+from services.nodeagent.memory_policy import Kill
+from services.nodeagent.procmap import ProcFs
+from services.nodeagent.telemetry import GpuUsage, TelemetryCollector
+from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
+from shoal.logging import get_logger
+from shoal.messages.base import new_meta
+from shoal.messages.topics import GPU_USAGE
+from shoal.metrics import CONTENT_TYPE, Metrics
+
+log = get_logger(__name__)
+COMPONENT = "shoal-nodeagent"
+MERGE = "application/merge-patch+json"
+
+
+def _now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeAgentApp:
+    """The agent process: one `NodeAgent` and one inventory per node served."""
+
+    def __init__(
+        self,
+        settings: NodeAgentSettings,
+        api: client.ApiClient,
+        *,
+        publisher: Any | None = None,
+        metrics: Metrics | None = None,
+        inventories: dict[str, GpuInventory] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.core = client.CoreV1Api(api)
+        self.publisher = publisher
+        self.metrics = metrics or Metrics()
+        self.collector = TelemetryCollector()
+        self.metrics.registry.register(self.collector)
+        self.ticks = self.metrics.counter("nodeagent_ticks_total", "Node agent ticks.", ["outcome"])
+        self.procfs = ProcFs(settings.proc_root)
+        self.inventories: dict[str, GpuInventory] = dict(inventories or {})
+        self.agents: dict[str, NodeAgent] = {}
+        self.last_published: dict[str, float] = {}
+        self.ready = False
+        self.config = AgentConfig(
+            reservation_namespace=settings.reservation_namespace,
+            may_choose_devices=settings.backend == "fake",
+            time_slicing=settings.time_slicing_mode,
+            mps=settings.mps_mode,
+            swap_reserved_mib=settings.swap_reserved_mib,
+        )
+
+    # ----- inputs -------------------------------------------------------------------------------------
+    async def _list(self, call: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        resp = await call(_preload_content=False, **kwargs)
+        body = await resp.json()
+        return list(body.get("items") or [])
+
+    async def nodes(self) -> list[NodeView]:
+        if self.settings.all_fake_nodes:
+            items = await self._list(self.core.list_node, label_selector=self.settings.fake_node_selector)
+            return sorted((node_view(i) for i in items), key=lambda n: n.name)
+        resp = await self.core.read_node(self.settings.node_name, _preload_content=False)
+        return [node_view(await resp.json())]
+
+    async def pods_on(self, node: str) -> list[PodView]:
+        items = await self._list(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
+        return [pod_view(i) for i in items]
+
+    def inventory(self, node: NodeView) -> GpuInventory:
+        inv = self.inventories.get(node.name)
+        if inv is None:
+            if self.settings.backend == "fake":
+                inv = FakeInventory.for_node(node.name, node.labels, node.allocatable)
+            else:
+                from services.nodeagent.nvml_backend import NvmlInventory
+
+                inv = NvmlInventory(procfs=self.procfs)
+            self.inventories[node.name] = inv
+        elif isinstance(inv, FakeInventory):
+            gpus = gpus_for_node(node.name, node.labels, node.allocatable)
+            if gpus != inv.gpus:
+                inv.set_gpus(gpus)
+        return inv
+
+    # ----- one tick ------------------------------------------------------------------------------------
+    async def tick(self, now: float) -> None:
+        nodes = await self.nodes()
+        for node in nodes:
+            try:
+                await self.tick_node(node, now)
+                self.ticks.labels(outcome="ok").inc()
+            except (TimeoutError, ApiException, OSError) as exc:
+                self.ticks.labels(outcome="error").inc()
+                log.warning("node_tick_failed", node=node.name, error=str(exc))
+        served = {n.name for n in nodes}
+        for gone in [n for n in self.agents if n not in served]:
+            self.agents.pop(gone)
+            self.collector.forget(gone)
+            inv = self.inventories.pop(gone, None)
+            if inv is not None:
+                inv.close()
+        self.ready = True
+
+    async def tick_node(self, node: NodeView, now: float) -> TickResult:
+        inv = self.inventory(node)
+        pods = await self.pods_on(node.name)
+        sample = inv.sample() if isinstance(inv, FakeInventory) else await asyncio.to_thread(inv.sample)
+        agent = self.agents.setdefault(node.name, NodeAgent(node.name, self.config))
+        refs = {}
+        observed: dict[str, tuple[str, ...]] = {}
+        if self.settings.backend == "nvml":
+            for proc in sample.processes:
+                ref = self.procfs.container_of(proc.pid)
+                if ref is not None:
+                    refs[proc.pid] = ref
+            for pod in pods:
+                unannotated = is_reservation(pod, self.config.reservation_namespace) and (
+                    RESERVE_ANNOTATION not in pod.annotations)
+                needs = unannotated or pod.whole_gpus > 0
+                if pod.active and needs:
+                    devices = self.procfs.visible_devices_of_pod(pod.uid)
+                    if devices:
+                        observed[pod.key] = devices
+        pool = node.labels.get(self.settings.node_pool_label, "")
+        result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool), refs=refs,
+                            observed=observed)
+        await self.act(node, inv, agent, result, pods)
+        usage = GpuUsage(
+            meta=new_meta("nodeagent"), node=node.name, node_pool=pool, sampled_at=_now_text(),
+            partial=sample.partial, gpus=result.gpus, pods=result.pods,
+        )
+        self.collector.update(usage)
+        if self.publisher is not None and now - self.last_published.get(node.name, -1e18) >= \
+                self.settings.telemetry_period_s:
+            self.last_published[node.name] = now
+            await self.publisher.publish(GPU_USAGE.full(self.settings.topic_prefix), usage, key=node.name)
+        return result
+
+    # ----- actions -------------------------------------------------------------------------------------
+    async def act(self, node: NodeView, inv: GpuInventory, agent: NodeAgent, result: TickResult,
+                  pods: list[PodView]) -> None:
+        for note in result.notes:
+            log.info("node_note", node=node.name, note=note)
+        for a in result.annotate:
+            await self.core.patch_namespaced_pod(
+                a.name, a.namespace, {"metadata": {"annotations": {a.key: a.value}}}, _content_type=MERGE)
+            log.info("gpu_assigned", node=node.name, pod=f"{a.namespace}/{a.name}", annotation=a.key,
+                     gpu=a.value)
+        for event in result.events:
+            self.collector.count(node.name, "report", event.reason)
+            await self.event(node.name, event)
+        by_key = {p.key: p for p in pods}
+        for kill in result.kills:
+            await self.kill(node.name, inv, kill, by_key.get(kill.pod_key))
+        for cm in result.configmaps:
+            await self.write_configmap(cm)
+            agent.configmap_written(cm)
+
+    async def kill(self, node: str, inv: GpuInventory, kill: Kill, pod: PodView | None) -> None:
+        fields = {"node": node, "pod": kill.pod_key, "pid": kill.pid, "gpu": kill.gpu_uuid, "reason": kill.reason}
+        try:
+            inv.kill(kill.pid, kill.start_ticks)
+        except NoSuchProcess as exc:
+            log.info("kill_skipped", **fields, why=str(exc))
+            return
+        except PermissionError as exc:
+            log.error("kill_failed", **fields, error=str(exc))
+            if pod is not None:
+                await self.event(node, PodEvent(pod.namespace, pod.name, pod.uid, "GPUProcessKillFailed",
+                                                f"could not kill process {kill.pid}: {exc}"))
+            return
+        self.collector.count(node, "kill", kill.reason)
+        log.warning("gpu_process_killed", **fields)
+        if pod is not None:
+            await self.event(node, PodEvent(pod.namespace, pod.name, pod.uid, kill.reason, kill.message))
+
+    async def event(self, node: str, event: PodEvent) -> None:
+        now = _now_text()
+        body = {
+            "metadata": {"generateName": f"{event.name}.", "namespace": event.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": event.namespace,
+                               "name": event.name, "uid": event.uid},
+            "reason": event.reason, "message": event.message, "type": event.type,
+            "source": {"component": COMPONENT, "host": node},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": COMPONENT, "reportingInstance": node,
+        }
+        try:
+            await self.core.create_namespaced_event(event.namespace, body)
+        except ApiException as exc:
+            log.warning("event_failed", pod=f"{event.namespace}/{event.name}", reason=event.reason,
+                        status=exc.status)
+
+    async def write_configmap(self, cm: WriteConfigMap) -> None:
+        try:
+            await self.core.patch_namespaced_config_map(cm.name, cm.namespace, {"data": cm.data}, _content_type=MERGE)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {"metadata": {"name": cm.name, "namespace": cm.namespace, "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": cm.owner_pod, "uid": cm.owner_uid}]}, "data": cm.data}
+            await self.core.create_namespaced_config_map(cm.namespace, body)
+
+    # ----- loop and HTTP -------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            started = loop.time()
+            try:
+                await self.tick(started)
+            except (TimeoutError, ApiException, OSError) as exc:
+                self.ticks.labels(outcome="error").inc()
+                log.warning("tick_failed", error=str(exc))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, self.settings.sample_period_s - (loop.time() - started)))
+
+    def close(self) -> None:
+        for inv in self.inventories.values():
+            inv.close()
+
+    def http_app(self) -> web.Application:
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        async def readyz(_: web.Request) -> web.Response:
+            return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        app.router.add_get("/metrics", metrics)
+        return app
