@@ -31,7 +31,8 @@ LEFT_FIRST = -1
 RIGHT_FIRST = 1
 EQUAL = 0
 
-_DRF_PENALTY = (1000 * 1000, 1000, 1)  # x1000 in KAI units: millicores, bytes, GPUs (per cpu, mem, gpu)
+# allocated x 1000 in KAI units (millicores, bytes, GPUs), expressed on cpu_milli, memory_bytes, gpu_milli
+_DRF_PENALTY = (1000, 1000, 1)
 _ZERO_FRACTION = Fraction(0)
 
 
@@ -55,7 +56,7 @@ def dominant_share(share: QueueShare, total: Resources, allocated: Resources | N
     ):
         if bound < 0:
             bound = cluster
-        value = Fraction(amount * penalty, 1000) if bound == 0 else Fraction(amount, bound)
+        value = Fraction(amount * penalty) if bound == 0 else Fraction(amount, bound)
         if value > best:
             best = value
     return best
