@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shoal.core.cycle import run_cycle_timed
-from shoal.core.ingest import IngestResult, Problem, add_seconds, expand_workloads, recreate_pod, snapshot_from_objects
+from shoal.core.ingest import (
+    IngestResult,
+    Problem,
+    add_seconds,
+    expand_workloads,
+    recreate_pod,
+    snapshot_from_objects,
+)
 from shoal.core.model import ALL_ACTIONS
 from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition
 from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL

@@ -6,7 +6,14 @@ Public API:
 - `Problem`, `IngestResult`, `IngestSettings`, quantity helpers in `shoal.core.ingest.quantity`.
 """
 
-from shoal.core.ingest.common import Problem, add_seconds, format_duration, format_time, parse_duration, parse_time
+from shoal.core.ingest.common import (
+    Problem,
+    add_seconds,
+    format_duration,
+    format_time,
+    parse_duration,
+    parse_time,
+)
 from shoal.core.ingest.config import IngestSettings, config_from
 from shoal.core.ingest.controllers import expand_workloads, recreate_pod
 from shoal.core.ingest.snapshot import IngestResult, TopologyLevel, snapshot_from_objects

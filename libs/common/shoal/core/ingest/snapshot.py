@@ -11,7 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from shoal.core.ingest.common import IngestError, Problem, format_time, metadata, name_of, namespace_of, parse_time
+from shoal.core.ingest.common import (
+    IngestError,
+    Problem,
+    format_time,
+    metadata,
+    name_of,
+    namespace_of,
+    parse_time,
+)
 from shoal.core.ingest.config import KIND as CONFIG_KIND
 from shoal.core.ingest.config import IngestSettings, config_from
 from shoal.core.ingest.nodes import node_from
