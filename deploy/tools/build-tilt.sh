@@ -12,9 +12,11 @@ CACHE=${SHOAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shoal}
 TILT=${SHOAL_TILT_VERSION:-v0.37.1}
 BIN=$CACHE/bin/tilt-$TILT
 WRAP=$CACHE/src/tilt-$TILT
-export GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build GOFLAGS=-buildvcs=false CGO_ENABLED=0
+# cgo is required: tilt's Tiltfile language server links tree-sitter (C), so a C compiler must be on PATH.
+export GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build GOFLAGS=-buildvcs=false CGO_ENABLED=1
 if [ -x "$BIN/tilt" ]; then echo "tilt $TILT: cached"; echo "$BIN/tilt"; exit 0; fi
 command -v go >/dev/null || { echo "tilt $TILT: 'go' is not on PATH (install Go >= 1.25)" >&2; exit 1; }
+command -v "${CC:-gcc}" >/dev/null || { echo "tilt $TILT: no C compiler (apt-get install -y gcc)" >&2; exit 1; }
 mkdir -p "$BIN" "$WRAP"
 cd "$WRAP"
 if [ ! -f .tidy-done ]; then
