@@ -91,6 +91,8 @@ class Context:
         self.outcomes: dict[str, JobOutcome] = {}
         self.accepted: list[Op] = []  # committed placement/eviction ops in decision order
         self.job_ops: dict[str, list[Op]] = {}
+        self.status_ops: list = []  # Annotate / PodGroupEvent ops from the eviction actions (core II)
+        self.counters: dict[str, int] = {}  # e.g. victims simulated per action, budget stops (core II)
 
     def outcome(self, job: Job) -> JobOutcome:
         out = self.outcomes.get(job.key)

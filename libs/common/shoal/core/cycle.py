@@ -148,6 +148,7 @@ def build_plan(ctx: Context) -> Plan:
                 )
         elif active and job.group.condition_reason:
             status.append(ClearCondition(pod_group=key))
+    status.extend(ctx.status_ops)
     return make_plan(snap.revision, ops + status, queue_figures(ctx))
 
 
@@ -188,6 +189,7 @@ def run_cycle_timed(snapshot: Snapshot, timer: Callable[[], float] | None = None
         snapshot_build_ms=round((t1 - t0) * 1000.0, 3),
         total_duration_ms=round((t2 - t0) * 1000.0, 3),
         action_durations_ms=durations,
+        counters=dict(sorted(ctx.counters.items())),
     )
     return plan, timings
 

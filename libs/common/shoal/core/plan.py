@@ -146,6 +146,7 @@ class CycleTimings(msgspec.Struct, frozen=True, kw_only=True):
     snapshot_build_ms: float = 0.0
     total_duration_ms: float = 0.0
     action_durations_ms: dict[str, float] = {}
+    counters: dict[str, int] = {}  # e.g. reclaim.victims_simulated, reclaim.budget_exhausted (core II)
 
 
 _encoder = msgspec.json.Encoder()

@@ -88,6 +88,8 @@ class Statement:
             elif op.kind == "convert":
                 op.task.status = ALLOCATED
                 op.undo[0].kind = "allocate"
+                for gid, _index in op.undo[0].new_groups:
+                    op.node.groups[gid].pipelined = False
             else:
                 self._undo_allocate(op)
         if self.fail_cache:
@@ -142,6 +144,7 @@ class Statement:
                     else:
                         node.idle_gpus -= 1
                     g = GpuGroup(p.group_id, len(node.groups), new=True)
+                    g.pipelined = pipelined
                     node.groups[p.group_id] = g
                     g.used = share
                     g.members = 1
@@ -240,6 +243,7 @@ class Statement:
             if whole:
                 node.rel_gpus -= 1
         task.status = RUNNING
+        task.node = node  # a re-placed victim (consolidation) moved it in the simulation
         self.session.account(task, +1)
         self.fail_cache.clear()
 
@@ -250,6 +254,8 @@ class Statement:
             if op.kind == "allocate":
                 op.kind = "pipeline"
                 op.task.status = PIPELINED
+                for gid, _index in op.new_groups:
+                    op.node.groups[gid].pipelined = True
                 marker = Op("convert", op.task, op.node)
                 marker.undo = (op,)
                 self.log.append(marker)
