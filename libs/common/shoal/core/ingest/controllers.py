@@ -183,19 +183,30 @@ def _owned_keys(objects: Iterable[Mapping]) -> set[tuple[str, str, str]]:
     return owned
 
 
+def _identity(obj: Mapping) -> set[tuple[str, str, str]]:
+    ns = str(_meta(obj).get("namespace") or "default")
+    return {(ns, str(obj.get("kind") or ""), str(_meta(obj).get("name") or "")), ("uid", "", object_uid(obj))}
+
+
 def expand_workloads(objects: Sequence[Mapping]) -> list[dict]:
-    """New objects (pods, JobSet Jobs) for the workloads in `objects` that own nothing yet."""
+    """New objects (pods, JobSet Jobs) for the workloads in `objects` that own nothing yet.
+
+    A Job or ReplicaSet whose controller (a JobSet, a Deployment) is expanded here is left to it.
+    """
     owned = _owned_keys(objects)
+    expanding = [o for o in objects if str(o.get("kind") or "") in EXPANDERS and not (_identity(o) & owned)]
+    expanded_ids: set[tuple[str, str, str]] = set()
+    for obj in expanding:
+        expanded_ids |= _identity(obj)
     created: list[dict] = []
-    for obj in objects:
-        kind = str(obj.get("kind") or "")
-        expander = EXPANDERS.get(kind)
-        if expander is None or _meta(obj).get("ownerReferences") and kind in ("Job", "ReplicaSet"):
-            continue  # a Job of a JobSet/CronJob or a ReplicaSet of a Deployment: its owner expands
-        ns = str(_meta(obj).get("namespace") or "default")
-        if (ns, kind, str(_meta(obj).get("name") or "")) in owned or ("uid", "", object_uid(obj)) in owned:
-            continue
-        created.extend(expander(obj))
+    for obj in expanding:
+        ref = next((r for r in _meta(obj).get("ownerReferences") or () if isinstance(r, Mapping)), None)
+        if ref is not None:
+            ns = str(_meta(obj).get("namespace") or "default")
+            parent = {(ns, str(ref.get("kind") or ""), str(ref.get("name") or "")), ("uid", "", str(ref.get("uid") or ""))}
+            if parent & expanded_ids:
+                continue
+        created.extend(EXPANDERS[str(obj.get("kind"))](obj))
     return created
 
 
