@@ -177,6 +177,8 @@ def allocate_job(ctx: Context, job: Job, tasks: list[Task]) -> bool:
             if op.kind == "allocate":
                 op.kind = "pipeline"
                 op.task.status = PIPELINED
+                for gid, _index in op.new_groups:
+                    op.node.groups[gid].pipelined = True
     ctx.accept(stmt.commit())
     return True
 

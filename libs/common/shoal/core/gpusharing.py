@@ -48,7 +48,7 @@ def pick_groups(node: NodeState, task: Task, strategy: str) -> tuple[list[GroupP
             continue  # entirely releasing (a group kept only by its reservation pod is joinable)
         free = DEVICE_MILLI - g.used
         if share <= free:
-            rel = 0
+            rel = 1 if g.pipelined else 0
         elif share <= free + g.releasing:
             rel = 1
         else:

@@ -39,7 +39,7 @@ def epoch_of(value: str | int | float) -> float:
 class GpuGroup:
     """A shared GPU on a node: `used` milli-device (releasing pods included), `releasing` of it."""
 
-    __slots__ = ("id", "used", "releasing", "members", "active_members", "new", "index")
+    __slots__ = ("id", "used", "releasing", "members", "active_members", "new", "index", "pipelined")
 
     def __init__(self, gid: str, index: int, new: bool = False) -> None:
         self.id = gid
@@ -49,6 +49,7 @@ class GpuGroup:
         self.active_members = 0
         self.new = new
         self.index = index
+        self.pipelined = False  # opened by a pipelined placement: whoever joins it is pipelined too
 
 
 class NodeState:
