@@ -1,0 +1,226 @@
+"""The node agent against the real apiserver (and Kafka), on fake GPU nodes with the fake GPU backend.
+
+The agent is driven tick by tick (`await app.tick(now)`) so time is explicit; the fake inventory of each
+node is the node's hardware, and tests start/stop simulated GPU processes on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from services.nodeagent.app import NodeAgentApp
+from services.nodeagent.binding import FAKE_DEVICES_ANNOTATION, RESERVE_ANNOTATION
+from services.nodeagent.config import NodeAgentSettings
+from services.nodeagent.fake_backend import FakeInventory, fake_gpu_uuid
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+@pytest_asyncio.fixture
+async def rsv(kube_api: Any, namespace: str) -> Any:
+    """This test's reservation namespace (the agent's SHOAL_RESERVATION_NAMESPACE), next to `namespace`."""
+    core = client.CoreV1Api(kube_api)
+    name = f"{namespace}-rsv"
+    await core.create_namespace({"metadata": {"name": name, "labels": {"shoal.io/test": "true"}}})
+    try:
+        yield name
+    finally:
+        try:
+            await core.delete_namespace(name, _preload_content=False)
+        except ApiException:
+            pass
+
+
+def settings(namespace: str, node_pool: str, **extra: Any) -> NodeAgentSettings:
+    return NodeAgentSettings(
+        all_fake_nodes=True,
+        backend="fake",
+        fake_node_selector=f"kai.scheduler/node-pool={node_pool}",
+        reservation_namespace=namespace,
+        publish_telemetry=False,
+        **extra,
+    )
+
+
+def pod_body(name: str, node: str, *, annotations: dict[str, str] | None = None,
+             labels: dict[str, str] | None = None, gpus: int = 0) -> dict[str, Any]:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "busybox:1.36", "resources": resources}],
+        },
+    }
+
+
+async def create_pod(core: client.CoreV1Api, namespace: str, body: dict[str, Any]) -> str:
+    pod = await core.create_namespaced_pod(namespace, body)
+    return pod.metadata.uid
+
+
+async def annotation(core: client.CoreV1Api, namespace: str, name: str, key: str) -> str | None:
+    pod = await core.read_namespaced_pod(name, namespace)
+    return (pod.metadata.annotations or {}).get(key)
+
+
+async def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[Any]:
+    got = await core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    return list(got.items)
+
+
+async def one_node(gpu_nodes: Any, gpus: int = 2, **kwargs: Any) -> str:
+    (node,) = await gpu_nodes(count=1, gpus=gpus, gpu_memory_mib=10000, **kwargs)
+    return node
+
+
+async def test_reservations_get_distinct_gpus_and_survive_restart(kube_api: Any, namespace: str, rsv: str,
+                                                                  node_pool: str, gpu_nodes: Any) -> None:
+    core = client.CoreV1Api(kube_api)
+    node = await one_node(gpu_nodes, gpus=3)
+    await create_pod(core, namespace, pod_body("train", node, gpus=1))  # a whole-GPU pod holds one GPU too
+    for name, group in (("r1", "g1"), ("r2", "g2")):
+        await create_pod(core, rsv, pod_body(name, node, labels={"runai-gpu-group": group}))
+    app = NodeAgentApp(settings(rsv, node_pool), kube_api)
+    await app.tick(0.0)
+    r1 = await annotation(core, rsv, "r1", RESERVE_ANNOTATION)
+    r2 = await annotation(core, rsv, "r2", RESERVE_ANNOTATION)
+    train = await annotation(core, namespace, "train", FAKE_DEVICES_ANNOTATION)
+    all_gpus = {fake_gpu_uuid(node, i) for i in range(3)}
+    assert {r1, r2, train} == all_gpus  # three different GPUs of this node
+
+    # a new agent process rebuilds its state from the annotations: nothing moves
+    await create_pod(core, rsv, pod_body("r3", node, labels={"runai-gpu-group": "g3"}))
+    restarted = NodeAgentApp(settings(rsv, node_pool), kube_api)
+    await restarted.tick(0.0)
+    assert await annotation(core, rsv, "r1", RESERVE_ANNOTATION) == r1
+    assert await annotation(core, rsv, "r2", RESERVE_ANNOTATION) == r2
+    assert await annotation(core, rsv, "r3", RESERVE_ANNOTATION) is None  # no free GPU: it waits
+
+    await core.delete_namespaced_pod("r1", rsv, grace_period_seconds=0)
+
+    async def r3_assigned() -> str | None:
+        await restarted.tick(1.0)
+        return await annotation(core, rsv, "r3", RESERVE_ANNOTATION)
+
+    assert await eventually(r3_assigned, what="r3 to get the GPU r1 released") == r1
+
+
+async def shared_gpu(core: client.CoreV1Api, app: NodeAgentApp, node: str, group: str = "g1"
+                     ) -> tuple[str, FakeInventory]:
+    """A reservation pod for `group` on `node`, and the GPU the agent gave it."""
+    rsv = app.settings.reservation_namespace
+    await create_pod(core, rsv, pod_body(f"res-{group}", node, labels={"runai-gpu-group": group}))
+    await app.tick(0.0)
+    gpu = await annotation(core, rsv, f"res-{group}", RESERVE_ANNOTATION)
+    assert gpu is not None
+    inv = app.inventories[node]
+    assert isinstance(inv, FakeInventory)
+    return gpu, inv
+
+
+async def test_over_share_report_gives_event_and_metrics(kube_api: Any, namespace: str, rsv: str,
+                                                         node_pool: str, gpu_nodes: Any) -> None:
+    core = client.CoreV1Api(kube_api)
+    node = await one_node(gpu_nodes)
+    app = NodeAgentApp(settings(rsv, node_pool, memory_policy="report", grace_period_s=0), kube_api)
+    gpu, inv = await shared_gpu(core, app, node)
+    uid = await create_pod(core, namespace, pod_body("frac", node, annotations={"gpu-fraction": "0.25"},
+                                                     labels={"runai-gpu-group": "g1"}))
+    inv.start_process(pid=4242, gpu_uuid=gpu, used_mib=4000, start_ticks=77, pod_uid=uid, utilization_percent=50)
+    await app.tick(1.0)
+    await app.tick(2.0)
+    events = await eventually(lambda: events_of(core, namespace, "frac"), what="an over-share event")
+    assert [(e.reason, e.type) for e in events] == [("GPUMemoryOverShare", "Warning")]
+    assert "4000 MiB" in events[0].message and "2500 MiB" in events[0].message
+    assert [p.pid for p in inv.sample().processes] == [4242]  # report only: never killed
+    text = app.metrics.render().decode()
+    assert f'DCGM_FI_DEV_FB_USED{{Hostname="{node}",UUID="{gpu}"' in text
+    assert 'shoal_pod_gpu_memory_over_share_mib{' in text and 'pod="frac"} 1500.0' in text
+
+
+async def test_enforce_kills_offender_only_after_grace(kube_api: Any, namespace: str, rsv: str,
+                                                       node_pool: str, gpu_nodes: Any) -> None:
+    core = client.CoreV1Api(kube_api)
+    node = await one_node(gpu_nodes)
+    app = NodeAgentApp(settings(rsv, node_pool, memory_policy="report",
+                                pool_memory_policies=(f"{node_pool}=enforce",), grace_period_s=5), kube_api)
+    gpu, inv = await shared_gpu(core, app, node)
+    hog = await create_pod(core, namespace, pod_body("hog", node, annotations={"gpu-fraction": "0.25"},
+                                                     labels={"runai-gpu-group": "g1"}))
+    fine = await create_pod(core, namespace, pod_body("fine", node, annotations={"gpu-fraction": "0.5"},
+                                                      labels={"runai-gpu-group": "g1"}))
+    inv.start_process(pid=100, gpu_uuid=gpu, used_mib=3500, start_ticks=1, pod_uid=hog)
+    inv.start_process(pid=200, gpu_uuid=gpu, used_mib=4900, start_ticks=2, pod_uid=fine)
+    await app.tick(10.0)
+    assert inv.killed == []  # within the grace period
+    await app.tick(16.0)
+    assert inv.killed == [(100, 1)]
+    assert [p.pid for p in inv.sample().processes] == [200]  # the pod within its share keeps running
+    reasons = [e.reason for e in await events_of(core, namespace, "hog")]
+    assert sorted(reasons) == ["GPUMemoryLimitExceeded", "GPUMemoryOverShare"]
+    assert await events_of(core, namespace, "fine") == []
+    assert (await core.read_namespaced_pod("hog", namespace)).metadata.deletion_timestamp is None
+
+
+async def test_dynamic_fraction_reclaim_kills_borrower_process(kube_api: Any, namespace: str, rsv: str,
+                                                               node_pool: str, gpu_nodes: Any) -> None:
+    core = client.CoreV1Api(kube_api)
+    node = await one_node(gpu_nodes)
+    app = NodeAgentApp(settings(rsv, node_pool, memory_policy="enforce", grace_period_s=60), kube_api)
+    gpu, inv = await shared_gpu(core, app, node)
+    borrower = await create_pod(core, namespace, pod_body(
+        "notebook", node, annotations={"gpu-fraction": "0.25", "gpu-fraction-limit": "1.0"},
+        labels={"runai-gpu-group": "g1"}))
+    owner = await create_pod(core, namespace, pod_body("owner", node, annotations={"gpu-fraction": "0.5"},
+                                                       labels={"runai-gpu-group": "g1"}))
+    inv.start_process(pid=300, gpu_uuid=gpu, used_mib=7000, start_ticks=3, pod_uid=borrower)
+    await app.tick(1.0)
+    assert inv.killed == []  # borrowing up to the limit is allowed while nobody needs the memory
+    inv.start_process(pid=400, gpu_uuid=gpu, used_mib=1500, start_ticks=4, pod_uid=owner)
+    await app.tick(2.0)
+    assert inv.killed == [(300, 3)]
+    events = await events_of(core, namespace, "notebook")
+    assert [e.reason for e in events] == ["GPUMemoryReclaimed"]
+    assert f"{namespace}/owner" in events[0].message and "process 300" in events[0].message
+    assert (await core.read_namespaced_pod("notebook", namespace)).metadata.deletion_timestamp is None
+
+
+async def test_mig_refusal_and_mps_configmap(kube_api: Any, namespace: str, rsv: str, node_pool: str,
+                                          gpu_nodes: Any) -> None:
+    core = client.CoreV1Api(kube_api)
+    (mig_node,) = await gpu_nodes(count=1, gpus=1, labels={"nvidia.com/mig.strategy": "mixed"})
+    node = await one_node(gpu_nodes)
+    app = NodeAgentApp(settings(rsv, node_pool, mps_mode=True, time_slicing_mode="strict"), kube_api)
+    await create_pod(core, rsv, pod_body("res-m", mig_node, labels={"runai-gpu-group": "gm"}))
+    await create_pod(core, namespace, pod_body("on-mig", mig_node, annotations={"gpu-fraction": "0.5"},
+                                               labels={"runai-gpu-group": "gm"}))
+    await shared_gpu(core, app, node)
+    await create_pod(core, namespace, pod_body(
+        "mps", node, annotations={"gpu-fraction": "0.25", "runai/shared-gpu-configmap": "mps-x1-shared-gpu"},
+        labels={"runai-gpu-group": "g1"}))
+    await app.tick(1.0)
+    assert [e.reason for e in await events_of(core, namespace, "on-mig")] == ["GPUSharingUnsupportedOnMIG"]
+    cm = await core.read_namespaced_config_map("mps-x1-shared-gpu-0-evar", namespace)
+    assert cm.data == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2500M"}
