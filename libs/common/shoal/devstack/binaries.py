@@ -115,7 +115,9 @@ def main() -> int:
     except DevStackError as exc:
         print(f"devstack: {exc}", file=sys.stderr)
         return 1
-    print(f"devstack: binaries ready in {paths.cache_dir()} ({time.monotonic() - began:.1f}s)", file=sys.stderr)
+    print(
+        f"devstack: binaries ready in {paths.cache_dir()} ({time.monotonic() - began:.1f}s)", file=sys.stderr
+    )
     return 0
 
 

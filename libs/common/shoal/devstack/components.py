@@ -283,7 +283,7 @@ def fake_kubelet(state: Path, kubeconfig: Path, delete_delay_s: float) -> Proces
         ],
         env={"PYTHONUNBUFFERED": "1"},
         ready=ready_file.exists,
-        ready_timeout_s=30,
+        ready_timeout_s=120,
     )
 
 

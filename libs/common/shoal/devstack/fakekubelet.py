@@ -325,8 +325,8 @@ class FakeKubelet:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - apiserver restart, network hiccup: list again
-                log.warning("watch via %s broke (%s); listing again in 1s", fn.__name__, exc)
-                await asyncio.sleep(1)
+                log.warning("watch via %s broke (%s); listing again in 0.5s", fn.__name__, exc)
+                await asyncio.sleep(0.5)
 
 
 def _cancel(task: asyncio.Task[None] | None) -> None:

@@ -95,7 +95,7 @@ def launch(state_dir: Path, spec: ProcessSpec, *, tie_to_parent: bool = False) -
     except OSError as exc:
         raise DevStackError(f"cannot start {spec.name} ({spec.argv[0]}): {exc.strerror}") from None
     _CHILDREN[proc.pid] = proc
-    pid_file(state_dir, spec.name).write_text(f"{proc.pid}\n{spec.argv[0]}\n")
+    pid_file(state_dir, spec.name).write_text(f"{proc.pid}\n{spec.argv[0]}\n{_start_ticks(proc.pid)}\n")
     return proc.pid
 
 
@@ -142,24 +142,37 @@ def last_log_line(log: Path) -> str:
     return lines[-1][-300:] if lines else "empty log"
 
 
-def read_pid(state_dir: Path, name: str) -> tuple[int, str] | None:
+def _start_ticks(pid: int) -> str:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid it
+    names one process for good, so a recycled pid is never mistaken for ours."""
     try:
-        pid_text, exe = pid_file(state_dir, name).read_text().split("\n")[:2]
-        return int(pid_text), exe
-    except (OSError, ValueError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def read_pid(state_dir: Path, name: str) -> tuple[int, str, str] | None:
+    """(pid, executable, start ticks) recorded for `name`, or None."""
+    try:
+        lines = pid_file(state_dir, name).read_text().split("\n")
+        return int(lines[0]), lines[1], (lines[2] if len(lines) > 2 else "")
+    except (OSError, ValueError, IndexError):
         return None
 
 
-def alive(pid: int, exe: str) -> bool:
-    """True if `pid` runs and its command line still starts with `exe` (the pid was not reused)."""
+def alive(pid: int, exe: str, ticks: str = "") -> bool:
+    """True if `pid` is running (not a zombie) and is the process that was started (same start time;
+    without a recorded start time: its command line still begins with `exe`)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+    if stat[0] == "Z":
         return False
-    return bool(cmdline) and cmdline[0].decode(errors="replace") == exe
+    if ticks:
+        return stat[19] == ticks
+    return cmdline.decode(errors="replace").startswith(exe)
 
 
 def stop_process(state_dir: Path, name: str, timeout_s: float = 5.0) -> None:
@@ -167,16 +180,16 @@ def stop_process(state_dir: Path, name: str, timeout_s: float = 5.0) -> None:
     found = read_pid(state_dir, name)
     if found is None:
         return
-    pid, exe = found
-    if alive(pid, exe):
+    pid, exe, ticks = found
+    if alive(pid, exe, ticks):
         _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while alive(pid, exe) and time.monotonic() < deadline:
+        while alive(pid, exe, ticks) and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.05)
-        if alive(pid, exe):
+        if alive(pid, exe, ticks):
             _signal(pid, signal.SIGKILL)
-            while alive(pid, exe) and time.monotonic() < deadline + 5:
+            while alive(pid, exe, ticks) and time.monotonic() < deadline + 5:
                 _reap(pid)
                 time.sleep(0.05)
     _reap(pid)

@@ -176,6 +176,9 @@ def _start_core(
         info.kubeconfig = str(kubeconfig)
         ready("etcd")
         launch_(components.apiserver(state, pki, etcd_port, apiserver_port))
+        # the fake kubelet retries its first list until the apiserver answers: start it now, so its
+        # interpreter start-up overlaps the apiserver's
+        launch_(components.fake_kubelet(state, kubeconfig, delete_delay_s))
         if formatting.wait(timeout=60) != 0:
             raise DevStackError(
                 f"kafka storage format failed: {last_log_line(state / 'kafka' / 'format.log')}"
@@ -191,7 +194,6 @@ def _start_core(
     ready("kube-apiserver")
     info.ports["kube-controller-manager"] = free_port()
     launch_(components.controller_manager(pki, kubeconfig, info.ports["kube-controller-manager"]))
-    launch_(components.fake_kubelet(state, kubeconfig, delete_delay_s))
     for name in ("kube-controller-manager", "fakekubelet", "kafka"):
         ready(name)
 
@@ -250,4 +252,4 @@ def down(state_dir: Path, *, keep_state: bool = False) -> list[str]:
     _stop_all(state_dir, ordered)
     if not keep_state:
         shutil.rmtree(state_dir, ignore_errors=True)
-    return ordered
+    return list(reversed(ordered))

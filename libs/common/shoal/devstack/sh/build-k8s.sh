@@ -3,6 +3,10 @@
 # Resumable: each binary is built once; the Go module and build caches live in the cache dir.
 set -euo pipefail
 CACHE=${SHOAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shoal}
+mkdir -p "$CACHE"
+# One builder at a time per part: a second run waits for the first, then finds the cache warm.
+exec 9>"$CACHE/.k8s.lock"
+flock -n 9 || { echo "k8s: another build is running; waiting for it"; flock 9; }
 K8S=${SHOAL_K8S_VERSION:-v1.36.3}
 STAGING=v0${K8S#v1}
 BIN=$CACHE/bin/k8s-$K8S
