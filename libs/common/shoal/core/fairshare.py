@@ -137,11 +137,11 @@ def allocatable_amount(quota: int, fair_share: int, limit: int) -> int:
     return amount if limit < 0 else min(amount, limit)
 
 
-def _exact(value: float | int | Fraction) -> Fraction:
+def _clean(value: float | int | Fraction) -> float | int | Fraction:
+    """A weight, usage or k: negative or non-finite values count as 0."""
     if isinstance(value, float) and not math.isfinite(value):
-        return Fraction(0)
-    exact = Fraction(value)
-    return exact if exact > 0 else Fraction(0)
+        return 0
+    return value if value > 0 else 0
 
 
 def divide_fair_share(
@@ -154,7 +154,7 @@ def divide_fair_share(
     for q in inputs:
         if q.name in tree.parents:
             by_name.setdefault(q.name, q)
-    k = _exact(k_value)
+    k = _clean(k_value)
     order = tree.top_down()
 
     request = {name: by_name[name].request for name in order}
@@ -170,8 +170,8 @@ def divide_fair_share(
     specs = {name: (by_name[name].cpu, by_name[name].memory, by_name[name].gpu) for name in order}
     quotas = {name: [UNLIMITED if s.quota < 0 else s.quota for s in specs[name]] for name in order}
     limits = {name: [effective_limit(s) for s in specs[name]] for name in order}
-    weights = {name: [_exact(s.over_quota_weight) for s in specs[name]] for name in order}
-    usages = {name: [_exact(u) for u in by_name[name].usage] for name in order}
+    weights = {name: [_clean(s.over_quota_weight) for s in specs[name]] for name in order}
+    usages = {name: [_clean(u) for u in by_name[name].usage] for name in order}
 
     fair: dict[str, list[int]] = {}
     deserved: dict[str, list[int]] = {}

@@ -17,8 +17,9 @@ integer unit (millicores, bytes, milli-GPUs). The phases are KAI's:
    asc).
 
 Units: GPU water-fills in whole GPUs (unit 1000 milli-GPU), CPU in millicores (unit 1), memory in
-megabytes (unit 10^6 bytes). Arithmetic is exact (`fractions.Fraction`), so there is no float drift and
-no dependence on iteration order; siblings are always visited in (creation key, name) order, which is
+megabytes (unit 10^6 bytes). Arithmetic is exact (weights, usages and k are taken as exact rationals
+and scaled to integers over a common denominator), so there is no float drift and no dependence on
+iteration order; siblings are always visited in (creation key, name) order, which is
 also the tie order. KAI iterates a Go map instead.
 
 Deliberate differences from KAI (Shoal never hands a queue more than it can use):
@@ -30,12 +31,10 @@ So a fair share is never above `requestable = min(limit, request)` (limit UNLIMI
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fractions import Fraction
-from math import floor
 from typing import NamedTuple
-
-_ZERO = Fraction(0)
 
 
 class Claim(NamedTuple):
@@ -47,8 +46,8 @@ class Claim(NamedTuple):
     quota: int  # deserved; negative = UNLIMITED (the whole total)
     limit: int  # effective limit; negative = UNLIMITED
     request: int  # allocated + pending, rolled up over the subtree
-    weight: Fraction  # over-quota weight (>= 0)
-    usage: Fraction  # historical usage, normally 0..1
+    weight: int | float | Fraction  # over-quota weight; negative or non-finite counts as 0
+    usage: int | float | Fraction  # historical usage, normally 0..1; negative or non-finite counts as 0
 
 
 def requestable(claim: Claim) -> int:
@@ -57,7 +56,18 @@ def requestable(claim: Claim) -> int:
     return amount if amount > 0 else 0
 
 
-def divide_resource(total: int, claims: Sequence[Claim], unit: int, k_value: Fraction) -> dict[str, int]:
+def _ratio(value: int | float | Fraction) -> tuple[int, int]:
+    """(numerator, denominator) of a non-negative finite number; anything else counts as 0."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return (0, 1)
+    if value <= 0:
+        return (0, 1)
+    return value.as_integer_ratio()
+
+
+def divide_resource(
+    total: int, claims: Sequence[Claim], unit: int, k_value: int | float | Fraction
+) -> dict[str, int]:
     """Fair share per sibling name for one resource (see the module docstring)."""
     ordered = sorted(claims, key=lambda c: (c.creation_key, c.name))
     wants = [requestable(c) for c in ordered]
@@ -70,13 +80,15 @@ def divide_resource(total: int, claims: Sequence[Claim], unit: int, k_value: Fra
         fair[i] = give
         remaining -= give
     if remaining > 0:
-        k = k_value if k_value > 0 else _ZERO
+        weights = _common_scale([_ratio(c.weight) for c in ordered])
+        usages = _common_scale([_ratio(c.usage) for c in ordered])
+        fill = _Fill(ordered, wants, fair, weights, usages, unit, _ratio(k_value))
         buckets: dict[int, list[int]] = {}
         for i, claim in enumerate(ordered):
             buckets.setdefault(claim.priority, []).append(i)
         leftovers: list[dict[int, Fraction]] = []
         for priority in sorted(buckets, reverse=True):
-            remaining, left = _water_fill(buckets[priority], remaining, ordered, wants, fair, unit, k)
+            remaining, left = fill.water_fill(buckets[priority], remaining)
             leftovers.append(left)
         for left in leftovers:
             if remaining <= 0:
@@ -92,56 +104,83 @@ def divide_resource(total: int, claims: Sequence[Claim], unit: int, k_value: Fra
     return {claim.name: fair[i] for i, claim in enumerate(ordered)}
 
 
-def _water_fill(
-    bucket: list[int],
-    remaining: int,
-    claims: list[Claim],
-    wants: list[int],
-    fair: list[int],
-    unit: int,
-    k: Fraction,
-) -> tuple[int, dict[int, Fraction]]:
-    """Phase 2 for one priority bucket; updates `fair` in place, returns (remaining, leftovers)."""
-    left: dict[int, Fraction] = {}
-    if len(bucket) == 1:
-        i = bucket[0]
-        give = min(remaining, max(wants[i] - fair[i], 0))
-        fair[i] += give
-        return remaining - give, left
-    while True:
-        active = [i for i in bucket if wants[i] > fair[i]]
-        weight_sum = sum((claims[i].weight for i in active), _ZERO)
-        if weight_sum == 0:
-            break
-        shares: list[Fraction] = []
-        for i in active:
-            nw = claims[i].weight / weight_sum
-            s = nw + k * (nw - claims[i].usage)
-            shares.append(s if s > 0 else _ZERO)
-        share_sum = sum(shares, _ZERO)
-        if share_sum == 0:
-            break
-        pot = remaining
-        again = False
-        for i, s in zip(active, shares, strict=True):
-            if remaining == 0:
-                break
-            if claims[i].weight == 0:
-                continue
-            want = wants[i] - fair[i]
-            share = pot * s / share_sum
-            if want <= share:
-                give = want
-                left.pop(i, None)
-            else:
-                give = floor(share / unit) * unit
-                if share > give:
-                    left[i] = share - give
-            if give == 0:
-                continue
+def _common_scale(ratios: list[tuple[int, int]]) -> tuple[list[int], int]:
+    """Numerators over one common denominator, and that denominator."""
+    denominator = math.lcm(*(d for _, d in ratios)) if ratios else 1
+    return [n * (denominator // d) for n, d in ratios], denominator
+
+
+class _Fill:
+    """Phase 2 in exact integer arithmetic.
+
+    With weights a_i/Dw, usages b_i/Du and k = kc/kd, multiplying KAI's share weight
+    s_i = (a_i/A)(1 + k) - k*b_i/Du by the positive A*kd*Du gives the integer
+    a_i*(kd + kc)*Du - kc*b_i*A with the same ratios (A: the active siblings' weight sum).
+    """
+
+    def __init__(
+        self,
+        claims: list[Claim],
+        wants: list[int],
+        fair: list[int],
+        weights: tuple[list[int], int],
+        usages: tuple[list[int], int],
+        unit: int,
+        k: tuple[int, int],
+    ) -> None:
+        self.claims = claims
+        self.wants = wants
+        self.fair = fair
+        self.weights = weights[0]
+        self.usages, usage_scale = usages
+        kc, kd = k
+        self.weight_factor = (kd + kc) * usage_scale
+        self.usage_factor = kc
+        self.unit = unit
+
+    def water_fill(self, bucket: list[int], remaining: int) -> tuple[int, dict[int, Fraction]]:
+        """One priority bucket; updates `fair` in place, returns (remaining, leftovers)."""
+        wants, fair, weights, unit = self.wants, self.fair, self.weights, self.unit
+        left: dict[int, Fraction] = {}
+        if len(bucket) == 1:
+            i = bucket[0]
+            give = min(remaining, max(wants[i] - fair[i], 0))
             fair[i] += give
-            remaining -= give
-            again = again or want < share
-        if not again or remaining == 0:
-            break
-    return remaining, left
+            return remaining - give, left
+        while True:
+            active = [i for i in bucket if wants[i] > fair[i]]
+            weight_sum = sum(weights[i] for i in active)
+            if weight_sum == 0:
+                break
+            shares = []
+            for i in active:
+                s = weights[i] * self.weight_factor - self.usage_factor * self.usages[i] * weight_sum
+                shares.append(s if s > 0 else 0)
+            share_sum = sum(shares)
+            if share_sum == 0:
+                break
+            pot = remaining
+            again = False
+            for i, s in zip(active, shares, strict=True):
+                if remaining == 0:
+                    break
+                if weights[i] == 0:
+                    continue
+                want = wants[i] - fair[i]
+                share_num = pot * s  # this sibling's share is share_num / share_sum
+                if want * share_sum <= share_num:
+                    give = want
+                    left.pop(i, None)
+                else:
+                    give = share_num // (share_sum * unit) * unit
+                    remainder = share_num - give * share_sum
+                    if remainder > 0:
+                        left[i] = Fraction(remainder, share_sum)
+                if give == 0:
+                    continue
+                fair[i] += give
+                remaining -= give
+                again = again or want * share_sum < share_num
+            if not again or remaining == 0:
+                break
+        return remaining, left
