@@ -99,3 +99,12 @@ def test_loop_writes_podgroups_and_advances_the_clock():
 
 def test_units():
     assert (gpus(1500), gpus(2000), gpus(-1), gpus(0)) == (1.5, 2, -1, 0)
+
+
+def test_default_now_is_the_latest_creation_time():
+    from shoal.cli.simulation import DEFAULT_NOW, default_now
+
+    assert default_now([]) == DEFAULT_NOW
+    docs = [{"metadata": {"creationTimestamp": "2027-05-01T10:00:00+02:00"}}, {"metadata": {"creationTimestamp": "2027-04-01T00:00:00Z"}},
+            {"metadata": {"creationTimestamp": "garbage"}}, "not a doc"]
+    assert default_now(docs) == "2027-05-01T08:00:00Z"

@@ -115,3 +115,15 @@ def test_config_document():
     assert cfg.k_value == 0 and cfg.usage[0].gpu == 0.5 and cfg.preempt_min_runtime_s == 300
     bad = snapshot_from_objects([{**doc, "spec": {"actions": ["allocate", "dance"]}}], now=NOW)
     assert bad.problems[0].field == "spec.actions"
+
+
+def test_in_flight_bind_request_places_the_pod():
+    p = pod("b", annotations={"gpu-fraction": "0.5"})
+    request = {"apiVersion": "scheduling.run.ai/v1alpha2", "kind": "BindRequest",
+               "metadata": {"name": "b", "namespace": "ns"},
+               "spec": {"podName": "b", "selectedNode": "n1", "selectedGPUGroups": ["g9"]}, "status": {"phase": "Pending"}}
+    failed = {**request, "metadata": {"name": "c", "namespace": "ns"}, "spec": {"podName": "c", "selectedNode": "n1"},
+              "status": {"phase": "Failed"}}
+    snap = snapshot_from_objects([p, pod("c"), request, failed], now=NOW).snapshot
+    placed = {x.name: (x.node_name, x.gpu_groups) for x in snap.pods}
+    assert placed == {"b": ("n1", ("g9",)), "c": (None, ())}

@@ -44,8 +44,8 @@ default-parent-queue/default-queue must be in the input if you rely on them).
 
 EACH CYCLE runs all enabled actions once; then binds take effect, pipelined pods keep
 nominatedNode, evicted pods disappear (one with a controller owner comes back pending as
-<pod>-r<cycle>), and the clock advances by schedulePeriod. --now sets the start time
-(RFC3339, default {DEFAULT_NOW}).
+<pod>-r<cycle>), and the clock advances by schedulePeriod. --now sets the start time (RFC3339;
+default: the latest metadata.creationTimestamp in the input, but not before {DEFAULT_NOW}).
 
 OUTPUT (--output json, the default when stdout is not a terminal) is one JSON object:
   {{"cycles": [{{"cycle": 1, "binds": [{{"pod": "ns/name", "node": "n1", "gpuGroups": [], "fraction": null}}],
@@ -71,7 +71,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="manifest file or directory (repeatable)")
     parser.add_argument("--cycles", type=int, default=1, metavar="N", help="cycles to run (default 1)")
     parser.add_argument("--config", metavar="FILE", help="a SchedulerConfig document (shoal.io/v1alpha1)")
-    parser.add_argument("--now", metavar="RFC3339", help=f"start time (default {DEFAULT_NOW})")
+    parser.add_argument("--now", metavar="RFC3339", help="start time (default: the latest creationTimestamp in the input, at least " + DEFAULT_NOW + ")")
     parser.add_argument("--output", choices=("json", "table"), help="json (default when not a terminal) or table")
     parser.add_argument("--timings", metavar="FILE", help="write per-cycle timings (JSON list) to FILE")
     parser.set_defaults(func=run)

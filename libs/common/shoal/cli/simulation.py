@@ -22,9 +22,12 @@ from shoal.core.ingest import (
     Problem,
     add_seconds,
     expand_workloads,
+    format_time,
+    parse_time,
     recreate_pod,
     snapshot_from_objects,
 )
+from shoal.core.ingest.common import IngestError
 from shoal.core.model import ALL_ACTIONS
 from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition
 from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL
@@ -137,6 +140,22 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
     return kept + added
 
 
+def default_now(documents: Sequence[object]) -> str:
+    """The latest metadata.creationTimestamp in the input (a replayed cluster's "now"), else DEFAULT_NOW."""
+    latest = DEFAULT_NOW
+    for doc in documents:
+        meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+        stamp = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
+        if not stamp:
+            continue
+        try:
+            text = format_time(parse_time(stamp, "metadata.creationTimestamp"))
+        except IngestError:
+            continue  # reported by ingest
+        latest = max(latest, text)
+    return latest
+
+
 def simulate(documents: Sequence[Mapping], *, cycles: int = 1, now: str | None = None,
              config_doc: Mapping | None = None, timer: Timer | None = None) -> SimulationResult:
     """Run `cycles` cycles over `documents`; stops early (with problems) if the input is invalid."""
@@ -144,7 +163,7 @@ def simulate(documents: Sequence[Mapping], *, cycles: int = 1, now: str | None =
     docs = [copy.deepcopy(dict(d)) if isinstance(d, Mapping) else d for d in documents]
     valid = [d for d in docs if isinstance(d, dict)]
     docs = docs + expand_workloads(valid)
-    current = now or DEFAULT_NOW
+    current = now or default_now(docs)
     result = SimulationResult()
     for cycle in range(1, cycles + 1):
         started = clock()

@@ -147,7 +147,9 @@ def gpu_groups_of(labels: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(sorted(groups))
 
 
-def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: bool, now: str) -> Pod:
+def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: bool, now: str,
+             binding: tuple[str, tuple[str, ...]] | None = None) -> Pod:
+    """`binding` = (node, gpu groups) of an in-flight BindRequest for a pod not yet bound."""
     name = name_of(obj)
     meta = metadata(obj)
     labels = str_map(meta.get("labels"), "metadata.labels")
@@ -160,6 +162,9 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         raise IngestError(f"spec.containers.resources.{GPU_RESOURCE}", "must be a whole number of GPUs")
     fraction, fraction_error = fraction_of(annotations, whole_gpus)
     node_name = spec.get("nodeName") or None
+    groups = gpu_groups_of(labels)
+    if node_name is None and binding is not None:
+        node_name, groups = binding[0], binding[1] or groups
     phase = str(status.get("phase") or "")
     if not phase:
         phase = PHASE_RUNNING if node_name else PHASE_PENDING
@@ -191,7 +196,7 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         phase=phase,
         node_name=str(node_name) if node_name else None,
         nominated_node=str(status["nominatedNodeName"]) if status.get("nominatedNodeName") else None,
-        gpu_groups=gpu_groups_of(labels),
+        gpu_groups=groups,
         created=norm_time(created, "metadata.creationTimestamp") if created else now,
         task_priority=task_priority,
         labels=labels,

@@ -30,6 +30,7 @@ from shoal.core.model import Snapshot, make_snapshot
 from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL, OwnerIndex, group_pod
 
 TOPOLOGY_KIND = "Topology"
+BIND_REQUEST_KIND = "BindRequest"
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
     groups = unique("PodGroup", lambda o: podgroup_from(o, now_text), lambda g: g.key)
     topologies = dict(unique(TOPOLOGY_KIND, _topology_from, lambda t: t[0]).values())
 
+    bindings = _bindings(by_kind.get(BIND_REQUEST_KIND, []))
     owners = OwnerIndex(obj for entries in by_kind.values() for _, obj in entries)
     pod_entries = sorted(by_kind.get("Pod", []), key=lambda e: (_safe_key(e[1]), e[0]))
     pods: dict[str, object] = {}
@@ -140,8 +142,9 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
         if managed:
             group_name, subgroup = _membership(obj, groups, generated, owners, classes)
             membership[key] = (group_name, subgroup)
-        pod = attempt(index, lambda o=obj, g=group_name, s=subgroup, m=managed:
-                      pod_from(o, pod_group=g, subgroup=s, managed=m, now=now_text))
+        binding = bindings.get(key)
+        pod = attempt(index, lambda o=obj, g=group_name, s=subgroup, m=managed, b=binding:
+                      pod_from(o, pod_group=g, subgroup=s, managed=m, now=now_text, binding=b))
         if pod is not None:
             pods[key] = pod
 
@@ -159,6 +162,21 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
                              now=now_text, revision=revision)
     return IngestResult(snapshot=snapshot, problems=tuple(sorted(problems)), settings=settings,
                         topologies=topologies, generated_podgroups=generated, pod_groups_of_pods=membership)
+
+
+def _bindings(entries: list[tuple[int, Mapping]]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """In-flight BindRequests (scheduling.run.ai/v1alpha2) by pod key: the pod counts as placed there."""
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for _, obj in sorted(entries, key=lambda e: (_safe_key(e[1]), e[0])):
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        if status.get("phase") == "Failed" or not spec.get("selectedNode"):
+            continue
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        pod_name = spec.get("podName") or meta.get("name")
+        groups = tuple(sorted(str(g) for g in spec.get("selectedGPUGroups") or ()))
+        out[f"{meta.get('namespace') or 'default'}/{pod_name}"] = (str(spec["selectedNode"]), groups)
+    return out
 
 
 def _safe_key(obj: Mapping) -> str:
