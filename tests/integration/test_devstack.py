@@ -314,3 +314,19 @@ def test_dev_up_without_redis_names_the_fix(tmp_path: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "not found on PATH" in lines[0] and "apt-get install" in lines[0]
+
+
+def test_a_busy_port_is_reported_as_such(tmp_path: Path) -> None:
+    import socket
+
+    from shoal.devstack import DevStackError, start_process, stop_process
+    from shoal.devstack.components import redis
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(DevStackError, match="port already in use") as failure:
+            start_process(tmp_path, redis(tmp_path, port), tie_to_parent=True)
+    stop_process(tmp_path, "redis")
+    assert "\n" not in str(failure.value)
