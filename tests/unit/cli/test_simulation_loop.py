@@ -108,3 +108,13 @@ def test_default_now_is_the_latest_creation_time():
     docs = [{"metadata": {"creationTimestamp": "2027-05-01T10:00:00+02:00"}}, {"metadata": {"creationTimestamp": "2027-04-01T00:00:00Z"}},
             {"metadata": {"creationTimestamp": "garbage"}}, "not a doc"]
     assert default_now(docs) == "2027-05-01T08:00:00Z"
+
+
+def test_pipeline_lasts_until_the_next_plan():
+    docs = [group(), pod("b")]
+    after = _apply(docs, make_plan(1, [Pipeline(pod="ns/b", pod_uid="u-b", node="n1")], []), 1, "2026-01-01T00:00:00Z")
+    assert after[1]["status"]["nominatedNodeName"] == "n1"
+    again = _apply(after, make_plan(2, [Pipeline(pod="ns/b", pod_uid="u-b", node="n1")], []), 2, "2026-01-01T00:00:01Z")
+    assert again[1]["status"]["nominatedNodeName"] == "n1"
+    dropped = _apply(again, make_plan(3, [], []), 3, "2026-01-01T00:00:02Z")
+    assert "nominatedNodeName" not in dropped[1]["status"]

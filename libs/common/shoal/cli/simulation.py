@@ -2,7 +2,8 @@
 
 Per cycle: build the snapshot from the current documents (`snapshot_from_objects`), run the core's
 `run_cycle`, then act as the cluster: binds take effect (the pod runs on its node, a fractional pod
-gets its `runai-gpu-group` label), pipelined pods keep `status.nominatedNodeName`, evicted pods
+gets its `runai-gpu-group` label), pipelined pods keep `status.nominatedNodeName` until the next
+cycle binds or re-pipelines them (a pod the next cycle leaves pending loses it), evicted pods
 disappear and an evicted pod with a controller owner comes back as a new pending pod named
 `<pod>-r<cycle>`; PodGroup annotations and scheduling conditions from the plan are written back; the
 clock advances by `schedulePeriod` (SchedulerConfig, default 1s).
@@ -136,6 +137,10 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
             }]
         elif isinstance(op, ClearCondition) and op.pod_group in groups:
             groups[op.pod_group].setdefault("status", {}).pop("schedulingConditions", None)
+    pipelined = {op.pod for op in plan.ops if isinstance(op, Pipeline)}
+    for key, pod in pods.items():  # a pipeline lasts one cycle: the next cycle re-plans it
+        if key not in pipelined and not (pod.get("spec") or {}).get("nodeName"):
+            (pod.get("status") or {}).pop("nominatedNodeName", None)
     kept = [d for d in docs if not (d.get("kind") == "Pod" and _key(d) in removed)]
     return kept + added
 
