@@ -1,0 +1,260 @@
+"""Kubernetes access with plain dicts (objects look as in YAML manifests) and Shoal's error mapping.
+
+Usage::
+
+    api = await connect_kube(settings.kube)          # kubeconfig path, $KUBECONFIG, ~/.kube/config or in-cluster
+    kube = Kube(api)
+    pod = await kube.get(PODS, "train-0", namespace="team-a")
+    await kube.patch(PODGROUPS, "pg-1", {"status": {...}}, namespace="team-a", subresource="status")
+    await kube.create(BINDINGS_OF_PODS, {...}, namespace="team-a", name="train-0")   # POST pods/<name>/binding
+    items, rv = await kube.list(QUEUES)
+    async for event in ListWatch(kube, PODS):         # shoal.adapters.kube_watch
+        ...
+    await api.close()
+
+Errors: 429, 5xx, timeouts and connection errors raise `TransientError`; 409 `ConflictError` (re-read);
+404 `NotFoundError`; 410 `Expired`; 400/401/403/422 and the rest `PermanentError`. Reads are retried on
+transient errors with `shoal.retry`; writes are retried only when the caller says they are idempotent.
+Typed kubernetes_asyncio calls can use the same mapping: `await kube_call(lambda: core.read_node(name))`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import msgspec
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from shoal.errors import ConfigError, ConflictError, NotFoundError, PermanentError, ShoalError, TransientError
+from shoal.retry import RetryPolicy, retry_transient
+from shoal.settings import KubeSettings
+
+T = TypeVar("T")
+
+KUBE_RETRY = RetryPolicy(attempts=5, initial_s=0.1, max_backoff_s=3.0, max_elapsed_s=30.0)
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Expired(PermanentError):
+    """HTTP 410 Gone: the resourceVersion or continue token is too old; list again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A kind the API serves: core (`group=""`) or any API group, custom resources included."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+PODS = Resource("", "v1", "pods", "Pod")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+RUNTIME_CLASSES = Resource("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", namespaced=False)
+JOBS = Resource("batch", "v1", "jobs", "Job")
+QUEUES = Resource("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False)
+PODGROUPS = Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup")
+BINDREQUESTS = Resource("scheduling.run.ai", "v1alpha2", "bindrequests", "BindRequest")
+TOPOLOGIES = Resource("kai.scheduler", "v1alpha1", "topologies", "Topology", namespaced=False)
+
+
+def _status_message(body: bytes | str | None) -> str:
+    if not body:
+        return ""
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return (body.decode(errors="replace") if isinstance(body, bytes) else body)[:500]
+    return str(doc.get("message", "")) if isinstance(doc, dict) else ""
+
+
+def error_for_status(status: int, message: str, what: str = "") -> ShoalError:
+    """The Shoal error for an HTTP status from the apiserver."""
+    text = f"kube {what}: {status} {message}".strip()
+    if status == 409:
+        return ConflictError(text)
+    if status == 404:
+        return NotFoundError(text)
+    if status == 410:
+        return Expired(text)
+    if status == 429 or status >= 500 or status == 0:
+        return TransientError(text)
+    return PermanentError(text)
+
+
+def kube_error(exc: BaseException, what: str = "") -> ShoalError:
+    """Map a kubernetes_asyncio/aiohttp error to Shoal's hierarchy (see the module docstring)."""
+    if isinstance(exc, ShoalError):
+        return exc
+    if isinstance(exc, ApiException):
+        return error_for_status(exc.status or 0, _status_message(exc.body) or str(exc.reason or ""), what)
+    if isinstance(exc, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError | OSError):
+        return TransientError(f"kube {what}: {type(exc).__name__}: {exc}")
+    return PermanentError(f"kube {what}: {type(exc).__name__}: {exc}")
+
+
+async def kube_call(operation: Callable[[], Awaitable[T]], *, idempotent: bool = True, what: str = "call",
+                    policy: RetryPolicy = KUBE_RETRY) -> T:
+    """Run one API call with the error mapping; retry transient errors only if `idempotent`."""
+
+    async def mapped() -> T:
+        try:
+            return await operation()
+        except (TimeoutError, ApiException, aiohttp.ClientError, OSError) as exc:
+            raise kube_error(exc, what) from exc
+
+    if not idempotent:
+        return await mapped()
+    return await retry_transient(mapped, policy=policy, what=f"kube:{what}")
+
+
+def _kubeconfig_path(settings: KubeSettings) -> Path | None:
+    candidates = [settings.kubeconfig] if settings.kubeconfig else []
+    candidates += (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
+    candidates.append(str(Path.home() / ".kube" / "config"))
+    for candidate in candidates:
+        if candidate and Path(candidate).expanduser().is_file():
+            return Path(candidate).expanduser()
+    if settings.kubeconfig:
+        raise ConfigError([f"SHOAL_KUBE_KUBECONFIG: {settings.kubeconfig} does not exist"])
+    return None
+
+
+async def connect_kube(settings: KubeSettings) -> client.ApiClient:
+    """An ApiClient from the kubeconfig (settings, then $KUBECONFIG, then ~/.kube/config) or in-cluster."""
+    cfg = client.Configuration()
+    try:
+        path = None if settings.in_cluster else _kubeconfig_path(settings)
+        if path is not None:
+            await config.load_kube_config(config_file=str(path), context=settings.context,
+                                          client_configuration=cfg)
+        else:
+            config.load_incluster_config(client_configuration=cfg)
+    except ConfigException as exc:
+        raise ConfigError([f"kubernetes client configuration: {exc}"]) from exc
+    return client.ApiClient(configuration=cfg)
+
+
+class Kube:
+    """Raw-dict access to any resource; every call maps errors, reads retry transient failures."""
+
+    def __init__(self, api: client.ApiClient, *, request_timeout_s: float = 30.0) -> None:
+        self.api = api
+        self.request_timeout_s = request_timeout_s
+
+    async def open(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                   body: Any = None, content_type: str = "application/json",
+                   timeout: aiohttp.ClientTimeout | float | None = None) -> aiohttp.ClientResponse:
+        """Send a request; returns the open streaming response (2xx only), or raises the mapped error."""
+        params = [(k, str(v).lower() if isinstance(v, bool) else str(v))
+                  for k, v in (query or {}).items() if v is not None]
+        try:
+            response = await self.api.call_api(
+                path, method, query_params=params, body=body,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=timeout if timeout is not None else self.request_timeout_s)
+        except (TimeoutError, ApiException, aiohttp.ClientError, OSError) as exc:
+            raise kube_error(exc, f"{method} {path}") from exc
+        if not 200 <= response.status < 300:
+            try:
+                data = await response.read()
+            except (TimeoutError, aiohttp.ClientError):
+                data = b""
+            finally:
+                response.release()
+            raise error_for_status(response.status, _status_message(data), f"{method} {path}")
+        return response
+
+    async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                      body: Any = None, content_type: str = "application/json") -> Any:
+        """One request; the decoded JSON answer (a dict for objects, lists and Status)."""
+        response = await self.open(method, path, query=query, body=body, content_type=content_type)
+        try:
+            data = await response.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise kube_error(exc, f"{method} {path}") from exc
+        finally:
+            response.release()
+        return msgspec.json.decode(data) if data else None
+
+    async def _call(self, idempotent: bool, what: str, method: str, path: str, **kwargs: Any) -> Any:
+        return await kube_call(lambda: self.request(method, path, **kwargs), idempotent=idempotent, what=what)
+
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None,
+                  subresource: str | None = None) -> dict[str, Any]:
+        return await self._call(True, f"get {resource.plural}/{name}", "GET",
+                                resource.path(namespace, name, subresource))
+
+    async def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+                   field_selector: str | None = None, page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """All objects (paged), each with apiVersion and kind set, and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"labelSelector": label_selector, "fieldSelector": field_selector,
+                                 "limit": page_size}
+        while True:
+            page = await self._call(True, f"list {resource.plural}", "GET", resource.path(namespace), query=query)
+            for item in page.get("items") or ():
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion", ""))
+            query["continue"] = meta["continue"]
+
+    async def create(self, resource: Resource, body: Mapping[str, Any], *, namespace: str | None = None,
+                     name: str | None = None, subresource: str | None = None, idempotent: bool = False) -> Any:
+        """POST an object (or a subresource such as pods/<name>/binding or /eviction)."""
+        return await self._call(idempotent, f"create {resource.plural}", "POST",
+                                resource.path(namespace, name, subresource), body=dict(body))
+
+    async def patch(self, resource: Resource, name: str, body: Mapping[str, Any], *,
+                    namespace: str | None = None, subresource: str | None = None,
+                    content_type: str = MERGE_PATCH, idempotent: bool = True) -> dict[str, Any]:
+        """Merge-patch by default (a merge patch that sets fields is idempotent)."""
+        return await self._call(idempotent, f"patch {resource.plural}/{name}", "PATCH",
+                                resource.path(namespace, name, subresource), body=dict(body),
+                                content_type=content_type)
+
+    async def replace(self, resource: Resource, body: Mapping[str, Any], *, namespace: str | None = None,
+                      subresource: str | None = None) -> dict[str, Any]:
+        """PUT with the body's metadata.resourceVersion: a ConflictError means re-read and decide again."""
+        name = body["metadata"]["name"]
+        return await self._call(True, f"replace {resource.plural}/{name}", "PUT",
+                                resource.path(namespace, name, subresource), body=dict(body))
+
+    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None,
+                     body: Mapping[str, Any] | None = None) -> Any:
+        return await self._call(True, f"delete {resource.plural}/{name}", "DELETE",
+                                resource.path(namespace, name), body=dict(body) if body else None)
