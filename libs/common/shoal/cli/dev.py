@@ -1,4 +1,4 @@
-"""`shoal dev up|status|down`: the local stack (etcd, kube-apiserver, controller-manager, fake kubelet,
+"""`shoal dev up|status|down|build`: the local stack (etcd, kube-apiserver, controller-manager, fake kubelet,
 fake GPU nodes, Kafka, Redis) on 127.0.0.1, started from the cached binaries.
 
 Extra processes (Shoal's services, a demo workload) are added to `up` by appending a factory to
@@ -41,6 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     )
     up.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
 
+    sub.add_parser("build", help="build or fetch the stack's binaries into the cache (seconds when warm)")
+
     status = sub.add_parser("status", help="show each component, its pid and whether it is alive and ready")
     status.add_argument("--state-dir", type=Path, default=default_state_dir(), help=state_help)
 
@@ -55,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.dev_command == "up":
             return _up(args)
+        if args.dev_command == "build":
+            return _build()
         if args.dev_command == "status":
             return _status(args.state_dir)
         return _down(args.state_dir)
@@ -155,6 +159,16 @@ async def _create_nodes(kubeconfig: str, names: list[str], args: argparse.Namesp
             gpu_memory_mib=args.gpu_memory_mib,
             pool=args.node_pool,
         )
+
+
+def _build() -> int:
+    from shoal.devstack import ensure_binaries
+    from shoal.devstack.paths import cache_dir
+
+    began = time.monotonic()
+    ensure_binaries(_say)
+    _say(f"devstack: binaries ready in {cache_dir()} ({time.monotonic() - began:.1f}s)")
+    return 0
 
 
 def _status(state_dir: Path) -> int:

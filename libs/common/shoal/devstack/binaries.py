@@ -105,21 +105,3 @@ def ensure_binaries(say: Callable[[str], None] | None = None) -> None:
             _run_script(script, say)
     if missing_parts():
         raise DevStackError(f"cache still incomplete after building: {', '.join(missing_parts())}")
-
-
-def main() -> int:
-    """`python -m shoal.devstack.binaries`: fill the cache (what .ci/run does before the tests)."""
-    began = time.monotonic()
-    try:
-        ensure_binaries()
-    except DevStackError as exc:
-        print(f"devstack: {exc}", file=sys.stderr)
-        return 1
-    print(
-        f"devstack: binaries ready in {paths.cache_dir()} ({time.monotonic() - began:.1f}s)", file=sys.stderr
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

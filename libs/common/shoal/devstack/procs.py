@@ -176,24 +176,35 @@ def alive(pid: int, exe: str, ticks: str = "") -> bool:
 
 
 def stop_process(state_dir: Path, name: str, timeout_s: float = 5.0) -> None:
-    """SIGTERM the recorded pid (only if it is still ours), SIGKILL after `timeout_s`, then reap it."""
-    found = read_pid(state_dir, name)
-    if found is None:
-        return
-    pid, exe, ticks = found
-    if alive(pid, exe, ticks):
+    """Stop one recorded process; see `stop_processes`."""
+    stop_processes(state_dir, [name], timeout_s)
+
+
+def stop_processes(state_dir: Path, names: list[str], timeout_s: float = 5.0) -> None:
+    """SIGTERM every recorded pid that is still ours, SIGKILL those left after `timeout_s`, reap them,
+    and remove their pid files. Processes stop in parallel."""
+    targets = {}
+    for name in names:
+        found = read_pid(state_dir, name)
+        if found is not None:
+            targets[name] = found
+    running = {name: t for name, t in targets.items() if alive(*t)}
+    for pid, _exe, _ticks in running.values():
         _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while alive(pid, exe, ticks) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.05)
-        if alive(pid, exe, ticks):
-            _signal(pid, signal.SIGKILL)
-            while alive(pid, exe, ticks) and time.monotonic() < deadline + 5:
+    for sig, wait_s in ((signal.SIGKILL, timeout_s), (None, 5.0)):
+        deadline = time.monotonic() + wait_s
+        while running and time.monotonic() < deadline:
+            for pid, _exe, _ticks in running.values():
                 _reap(pid)
+            running = {n: t for n, t in running.items() if alive(*t)}
+            if running:
                 time.sleep(0.05)
-    _reap(pid)
-    pid_file(state_dir, name).unlink(missing_ok=True)
+        if sig is not None:
+            for pid, _exe, _ticks in running.values():
+                _signal(pid, sig)
+    for name, (pid, _exe, _ticks) in targets.items():
+        _reap(pid)
+        pid_file(state_dir, name).unlink(missing_ok=True)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -23,8 +23,13 @@ from shoal.devstack.procs import ProcessSpec, free_port, launch, stop_process, w
 SERVICES = ("snapshotter", "fairshare", "planner", "binder", "nodeagent")
 REPO = Path(__file__).resolve().parents[4]
 BASE = REPO / "deploy" / "k8s" / "base"
-BASE_FILES = ("crds/scheduling.run.ai_queues.yaml", "crds/scheduling.run.ai_podgroups.yaml",
-              "crds/kai.scheduler_topologies.yaml", "priorityclasses.yaml", "namespaces.yaml")
+BASE_FILES = (
+    "crds/scheduling.run.ai_queues.yaml",
+    "crds/scheduling.run.ai_podgroups.yaml",
+    "crds/kai.scheduler_topologies.yaml",
+    "priorityclasses.yaml",
+    "namespaces.yaml",
+)
 
 SERVICE_ENV: dict[str, dict[str, str]] = {
     "nodeagent": {"SHOAL_ALL_FAKE_NODES": "true", "SHOAL_BACKEND": "fake"},
@@ -38,14 +43,26 @@ def _ready(port: int) -> bool:
 
 def service_spec(name: str, env: Mapping[str, str], *, port: int | None = None) -> ProcessSpec:
     port = port or free_port()
-    full = {**env, **SERVICE_ENV.get(name, {}), "SHOAL_HTTP_PORT": str(port), "SHOAL_HTTP_HOST": "127.0.0.1",
-            "PYTHONUNBUFFERED": "1"}
-    return ProcessSpec(name=f"shoal-{name}", argv=[sys.executable, "-m", f"services.{name}"], env=full,
-                       cwd=str(REPO), ready=lambda: _ready(port), ready_timeout_s=90.0)
+    full = {
+        **env,
+        **SERVICE_ENV.get(name, {}),
+        "SHOAL_HTTP_PORT": str(port),
+        "SHOAL_HTTP_HOST": "127.0.0.1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return ProcessSpec(
+        name=f"shoal-{name}",
+        argv=[sys.executable, "-m", f"services.{name}"],
+        env=full,
+        cwd=str(REPO),
+        ready=lambda: _ready(port),
+        ready_timeout_s=90.0,
+    )
 
 
-def start_services(state_dir: Path, env: Mapping[str, str], *, names: Iterable[str] = SERVICES,
-                   tie_to_parent: bool = False) -> dict[str, int]:
+def start_services(
+    state_dir: Path, env: Mapping[str, str], *, names: Iterable[str] = SERVICES, tie_to_parent: bool = False
+) -> dict[str, int]:
     """Launch every service at once, then wait for each one's readiness; returns name → pid."""
     specs = [service_spec(name, env) for name in names]
     pids = {spec.name: launch(state_dir, spec, tie_to_parent=tie_to_parent) for spec in specs}
@@ -72,8 +89,13 @@ async def install_base(kubeconfig: str, *, timeout_s: float = 60.0) -> None:
     from shoal.errors import ConflictError
     from shoal.settings import KubeSettings
 
-    crd = k.Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-                     namespaced=False)
+    crd = k.Resource(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        namespaced=False,
+    )
     kinds = {"CustomResourceDefinition": crd, "PriorityClass": k.PRIORITY_CLASSES, "Namespace": k.NAMESPACES}
     api = await k.connect_kube(KubeSettings(kubeconfig=kubeconfig))
     kube = k.Kube(api)
@@ -89,7 +111,9 @@ async def install_base(kubeconfig: str, *, timeout_s: float = 60.0) -> None:
                     current = await kube.get(crd, doc["metadata"]["name"])
                     doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                     await kube.replace(crd, doc)
-        names = [d["metadata"]["name"] for d in base_documents() if d.get("kind") == "CustomResourceDefinition"]
+        names = [
+            d["metadata"]["name"] for d in base_documents() if d.get("kind") == "CustomResourceDefinition"
+        ]
         deadline = asyncio.get_running_loop().time() + timeout_s
         for name in names:
             while True:

@@ -31,12 +31,12 @@ from shoal.devstack.procs import (
     launch,
     read_pid,
     start_process,
-    stop_process,
+    stop_processes,
     wait_ready,
 )
 
 INFO_FILE = "stack.json"
-# start order; `down` stops in reverse
+# the core processes; `down` stops them after any extras
 CORE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "fakekubelet", "kafka", "redis")
 
 
@@ -229,27 +229,22 @@ def status(state_dir: Path) -> list[dict[str, object]]:
 
 
 def _stop_all(state_dir: Path, names: Iterable[str]) -> None:
-    for name in reversed(list(names)):
-        stop_process(state_dir, name, timeout_s=2.0 if name == "kafka" else 5.0)
+    stop_processes(state_dir, list(names), timeout_s=3.0)
 
 
 def down(state_dir: Path, *, keep_state: bool = False) -> list[str]:
-    """Stop every recorded process by pid (extras first, then the core in reverse order); remove the state.
+    """Stop every recorded process by pid (extras first, then the core components); remove the state.
 
     Returns the names it stopped. Safe to call on a half-started or already stopped stack.
     """
     state_dir = Path(state_dir)
     if not state_dir.exists():
         return []
-    try:
-        info = StackInfo.load(state_dir)
-        extras = info.extras
-    except DevStackError:
-        extras = []
     recorded = [p.stem for p in (state_dir / "pids").glob("*.pid")]
-    ordered = [n for n in CORE_COMPONENTS if n in recorded] + [n for n in extras if n in recorded]
-    ordered += [n for n in recorded if n not in ordered]
-    _stop_all(state_dir, ordered)
+    core = [n for n in CORE_COMPONENTS if n in recorded]
+    others = [n for n in recorded if n not in core]  # extras: Shoal's services and the like, first
+    _stop_all(state_dir, others)
+    _stop_all(state_dir, core)
     if not keep_state:
         shutil.rmtree(state_dir, ignore_errors=True)
-    return list(reversed(ordered))
+    return others + core
