@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from shoal.core.podgrouper import stable_uid
 
@@ -29,6 +30,8 @@ class IngestError(ValueError):
 
 
 def as_map(value: object, field: str, *, required: bool = False) -> Mapping:
+    if type(value) is dict:
+        return value
     if value is None:
         if required:
             raise IngestError(field, "is required")
@@ -39,6 +42,8 @@ def as_map(value: object, field: str, *, required: bool = False) -> Mapping:
 
 
 def as_list(value: object, field: str) -> list:
+    if type(value) is list:
+        return value
     if value is None:
         return []
     if not isinstance(value, list | tuple):
@@ -47,6 +52,8 @@ def as_list(value: object, field: str) -> list:
 
 
 def str_map(value: object, field: str) -> dict[str, str]:
+    if not value:
+        return {}
     data = as_map(value, field)
     return {str(k): "" if v is None else str(v) for k, v in data.items()}
 
@@ -103,7 +110,17 @@ def format_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@lru_cache(maxsize=8192)
+def _norm_text(value: str) -> str:
+    return format_time(parse_time(value, ""))
+
+
 def norm_time(value: object, field: str) -> str:
+    if type(value) is str:
+        try:
+            return _norm_text(value)
+        except IngestError:
+            raise IngestError(field, f"invalid RFC3339 timestamp {value!r}") from None
     return format_time(parse_time(value, field))
 
 

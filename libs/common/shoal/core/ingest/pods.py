@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fractions import Fraction
 
 from shoal.core.ingest.common import (
     IngestError,
@@ -16,7 +15,7 @@ from shoal.core.ingest.common import (
     str_map,
     uid_of,
 )
-from shoal.core.ingest.quantity import QuantityError, milli, parse_quantity, whole
+from shoal.core.ingest.quantity import QuantityError, milli_units, parse_quantity
 from shoal.core.model import (
     LABEL_GPU_GROUP,
     LABEL_TASK_PRIORITY,
@@ -44,37 +43,42 @@ MSG_DEVICES_WITHOUT_FRACTION = (
 MSG_DEVICES_POSITIVE = "gpu-fraction-num-devices annotation value must be a positive integer greater than 0"
 
 
-def _container_requests(container: Mapping, field: str) -> dict[str, Fraction]:
-    resources = as_map(container.get("resources"), f"{field}.resources")
+def _container_requests(container: Mapping, field: str) -> dict[str, int]:
+    """Requests in thousandths of the resource's unit (limits stand in for missing requests)."""
+    resources = container.get("resources")
+    if not resources:
+        return {}
+    resources = as_map(resources, f"{field}.resources")
     requests = as_map(resources.get("requests"), f"{field}.resources.requests")
     limits = as_map(resources.get("limits"), f"{field}.resources.limits")
-    out: dict[str, Fraction] = {}
+    out: dict[str, int] = {}
     for source, where in ((limits, "limits"), (requests, "requests")):  # requests win; limits default them
         for key, value in source.items():
             try:
-                amount = parse_quantity(value)
+                amount = milli_units(value)
             except QuantityError as exc:
                 raise IngestError(f"{field}.resources.{where}.{key}", str(exc)) from None
             if amount < 0:
                 raise IngestError(f"{field}.resources.{where}.{key}", "must not be negative")
-            out[str(key)] = amount
+            out[key] = amount
     return out
 
 
-def pod_requests(spec: Mapping) -> dict[str, Fraction]:
-    """Effective requests: max(sum over containers, max over init containers), per resource."""
-    total: dict[str, Fraction] = {}
+def pod_requests(spec: Mapping) -> dict[str, int]:
+    """Effective requests in thousandths: max(sum over containers, max over init containers)."""
+    total: dict[str, int] = {}
     for i, raw in enumerate(as_list(spec.get("containers"), "spec.containers")):
         for key, amount in _container_requests(as_map(raw, f"spec.containers[{i}]"), f"spec.containers[{i}]").items():
-            total[key] = total.get(key, Fraction(0)) + amount
-    for i, raw in enumerate(as_list(spec.get("initContainers"), "spec.initContainers")):
+            total[key] = total.get(key, 0) + amount
+    init = spec.get("initContainers")
+    for i, raw in enumerate(as_list(init, "spec.initContainers") if init else ()):
         field = f"spec.initContainers[{i}]"
         for key, amount in _container_requests(as_map(raw, field), field).items():
-            total[key] = max(total.get(key, Fraction(0)), amount)
+            total[key] = max(total.get(key, 0), amount)
     return total
 
 
-def fraction_of(annotations: Mapping[str, str], whole_gpus: Fraction) -> tuple[FractionRequest | None, str | None]:
+def fraction_of(annotations: Mapping[str, str], whole_gpus: int) -> tuple[FractionRequest | None, str | None]:
     """(request, None) for a valid fraction, (None, message) for an invalid one, (None, None) for none."""
     has_fraction, has_memory = FRACTION in annotations, GPU_MEMORY in annotations
     if NUM_DEVICES in annotations and not (has_fraction or has_memory):
@@ -157,10 +161,13 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
     spec = as_map(obj.get("spec"), "spec")
     status = as_map(obj.get("status"), "status")
     requests = pod_requests(spec)
-    whole_gpus = requests.get(GPU_RESOURCE, Fraction(0))
-    if whole_gpus.denominator != 1:
+    gpu_milli = requests.get(GPU_RESOURCE, 0)
+    if gpu_milli % 1000:
         raise IngestError(f"spec.containers.resources.{GPU_RESOURCE}", "must be a whole number of GPUs")
-    fraction, fraction_error = fraction_of(annotations, whole_gpus)
+    whole_gpus = gpu_milli // 1000
+    fraction, fraction_error = (None, None)
+    if annotations and (FRACTION in annotations or GPU_MEMORY in annotations or NUM_DEVICES in annotations):
+        fraction, fraction_error = fraction_of(annotations, whole_gpus)
     node_name = spec.get("nodeName") or None
     groups = gpu_groups_of(labels)
     if node_name is None and binding is not None:
@@ -185,9 +192,9 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         name=name,
         pod_group=pod_group,
         subgroup=subgroup,
-        cpu_milli=milli(requests.get("cpu", 0)),
-        memory_bytes=whole(requests.get("memory", 0)),
-        gpus=int(whole_gpus),
+        cpu_milli=requests.get("cpu", 0),
+        memory_bytes=-(-requests.get("memory", 0) // 1000),
+        gpus=whole_gpus,
         fraction=fraction,
         fraction_error=fraction_error,
         node_selector=str_map(spec.get("nodeSelector"), "spec.nodeSelector"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -55,6 +56,20 @@ def parse_quantity(value: object) -> Fraction:
     if suffix in _DECIMAL:
         return number * _DECIMAL[suffix]
     raise QuantityError(f"invalid quantity {value!r}: unknown suffix {suffix!r}")
+
+
+@lru_cache(maxsize=8192)
+def _milli_text(text: str) -> int:
+    return math.ceil(parse_quantity(text) * 1000)
+
+
+def milli_units(value: object) -> int:
+    """A quantity in thousandths, rounded up; repeated strings are parsed once (hot path)."""
+    if type(value) is str:
+        return _milli_text(value)
+    if type(value) is int:
+        return value * 1000
+    return math.ceil(parse_quantity(value) * 1000)
 
 
 def ceil_int(value: Fraction) -> int:
