@@ -262,8 +262,7 @@ class Consumer(Generic[T]):
         self._stopping.set()
         await self._idle.wait()
         if self._consumer is not None:
-            async with self._lock:
-                await self._commit(None)
+            await self._commit(None)
             await self._consumer.stop()
             self._consumer = None
         if self._own_dlq and self._dlq is not None:
@@ -292,8 +291,7 @@ class Consumer(Generic[T]):
                     rewound |= await self._process(tp, records)
                     if self._stopping.is_set():
                         break
-                async with self._lock:
-                    await self._commit(None)
+                await self._commit(None)
                 if rewound:
                     await self._pause(self._redelivery_backoff_s)
         finally:
@@ -379,7 +377,7 @@ class Consumer(Generic[T]):
         return True
 
     async def _commit(self, only: set[TopicPartition] | None) -> None:
-        """Commit the done offsets (of `only` these partitions); caller holds the lock."""
+        """Commit the done offsets (of `only` these partitions)."""
         offsets = {tp: off for tp, off in self._pending.items() if only is None or tp in only}
         if not offsets or self._consumer is None:
             return
