@@ -78,3 +78,13 @@ def test_topology_annotations_from_owner():
                                                    "kai.scheduler/topology-required-placement": "rack"})
     g = group(obj("Pod", "j-0", owner=job), job)
     assert g.podgroup["spec"]["topologyConstraint"] == {"topology": "t", "requiredTopologyLevel": "rack"}
+
+
+def test_pod_patch_and_top_owner_metadata():
+    import json
+
+    job = obj("Job", "j", "batch/v1")
+    g = group(obj("Pod", "j-0", owner=job), job)
+    assert g.pod_patch() == {"metadata": {"annotations": {"pod-group-name": "pg-j-uid-j"}}}
+    meta = json.loads(g.podgroup["metadata"]["annotations"]["kai.scheduler/top-owner-metadata"])
+    assert meta == {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "uid-j"}

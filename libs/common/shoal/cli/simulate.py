@@ -37,6 +37,7 @@ order; *.yaml, *.yml, *.json). `kind: List` documents are unpacked. Understood k
   and one SchedulerConfig (apiVersion shoal.io/v1alpha1, here or via --config): spec.placementStrategy
     {{gpu, cpu}}, actions, minRuntime {{preemptMinRuntime, reclaimMinRuntime}}, kValue, usage
     {{queue: {{gpu, cpu, memory}}}}, reservationNamespace, schedulerNames, schedulePeriod (default 1s).
+Other kinds (ConfigMap, Service, ...) are ignored; a document without `kind` is an error.
 Pods without a PodGroup are grouped by the podgrouper rules (Job: pg-<job>-<uid>, min member from
 kai.scheduler/batch-min-member; Deployment: one group per pod, priority inference; ...). Queues are
 not invented: a pod whose queue is missing gets QueueDoesNotExist (KAI's Helm default queues

@@ -27,6 +27,7 @@ Preemptibility: owner or pod label `kai.scheduler/preemptibility`.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ POD_GROUP_ANNOTATION = "pod-group-name"
 TOPOLOGY_ANNOTATION = "kai.scheduler/topology"
 TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
 TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
+TOP_OWNER_METADATA = "kai.scheduler/top-owner-metadata"
 DEFAULT_QUEUE = "default-queue"
 DEFAULT_PRIORITY_CLASS = "train"
 
@@ -78,6 +80,13 @@ def object_uid(obj: Mapping, default_namespace: str = "default") -> str:
 class Grouping:
     podgroup: dict  # a PodGroup manifest
     subgroup: str | None = None  # value for the pod's kai.scheduler/subgroup-name label
+
+    def pod_patch(self) -> dict:
+        """The metadata patch the podgrouper applies to the pod (annotation pod-group-name, subgroup label)."""
+        meta: dict = {"annotations": {POD_GROUP_ANNOTATION: self.podgroup["metadata"]["name"]}}
+        if self.subgroup is not None:
+            meta["labels"] = {SUBGROUP_LABEL: self.subgroup}
+        return {"metadata": meta}
 
 
 def _meta(obj: Mapping) -> Mapping:
@@ -301,6 +310,10 @@ def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str
         metadata["creationTimestamp"] = created
     if labels:
         metadata["labels"] = labels
+    if top is not None:
+        annotations[TOP_OWNER_METADATA] = json.dumps(
+            {"name": str(smeta.get("name") or ""), "uid": object_uid(top, namespace), "kind": kind,
+             "apiVersion": str(top.get("apiVersion") or "")}, sort_keys=True, separators=(",", ":"))
     if annotations:
         metadata["annotations"] = annotations
     manifest = {"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": metadata, "spec": spec}
