@@ -330,3 +330,13 @@ def test_a_busy_port_is_reported_as_such(tmp_path: Path) -> None:
             start_process(tmp_path, redis(tmp_path, port), tie_to_parent=True)
     stop_process(tmp_path, "redis")
     assert "\n" not in str(failure.value)
+
+
+def test_dev_up_refuses_to_wipe_a_directory_that_holds_no_stack(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    done = _shoal("dev", "up", "--state-dir", str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0 and "holds no stack" in done.stderr
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+    done = _shoal("dev", "down", "--state-dir", str(tmp_path))
+    assert done.returncode == 0 and (tmp_path / "precious.txt").exists()

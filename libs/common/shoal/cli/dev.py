@@ -197,5 +197,10 @@ def _down(state_dir: Path) -> int:
         print(f"no stack in {state_dir}; nothing to stop")
         return 0
     stopped = down(state_dir)
-    print(f"stopped {', '.join(stopped) if stopped else 'nothing'}; removed {state_dir}")
+    kept = (
+        f"; left {state_dir} in place (it holds no stack)"
+        if Path(state_dir).exists()
+        else f"; removed {state_dir}"
+    )
+    print(f"stopped {', '.join(stopped) if stopped else 'nothing'}{kept}")
     return 0

@@ -125,6 +125,7 @@ def up(
     state_dir = Path(state_dir).resolve()
     if any(row["alive"] for row in status(state_dir)):
         raise DevStackError(f"a stack is already running in {state_dir}: run `shoal dev down` first")
+    _check_ours(state_dir)
     ensure_binaries(say)
     if state_dir.exists():
         shutil.rmtree(state_dir)
@@ -228,6 +229,18 @@ def status(state_dir: Path) -> list[dict[str, object]]:
     return rows
 
 
+def _check_ours(state_dir: Path) -> None:
+    """Refuse to wipe a directory that is neither empty nor a stack's state (e.g. a mistyped --state-dir)."""
+    if not state_dir.exists():
+        return
+    if not state_dir.is_dir():
+        raise DevStackError(f"state dir {state_dir} exists and is not a directory")
+    if any(state_dir.iterdir()) and not ((state_dir / INFO_FILE).exists() or (state_dir / "pids").is_dir()):
+        raise DevStackError(
+            f"state dir {state_dir} is not empty and holds no stack: pick another --state-dir"
+        )
+
+
 def _stop_all(state_dir: Path, names: Iterable[str]) -> None:
     stop_processes(state_dir, list(names), timeout_s=3.0)
 
@@ -245,6 +258,10 @@ def down(state_dir: Path, *, keep_state: bool = False) -> list[str]:
     others = [n for n in recorded if n not in core]  # extras: Shoal's services and the like, first
     _stop_all(state_dir, others)
     _stop_all(state_dir, core)
-    if not keep_state:
+    if keep_state:
+        return others + core
+    if (state_dir / INFO_FILE).exists() or (state_dir / "pids").is_dir():
         shutil.rmtree(state_dir, ignore_errors=True)
+    elif not any(state_dir.iterdir()):
+        state_dir.rmdir()
     return others + core
