@@ -33,7 +33,6 @@ EQUAL = 0
 
 # allocated x 1000 in KAI units (millicores, bytes, GPUs), expressed on cpu_milli, memory_bytes, gpu_milli
 _DRF_PENALTY = (1000, 1000, 1)
-_ZERO_FRACTION = Fraction(0)
 
 
 def _le_bounds(a: Resources, b: Resources) -> bool:
@@ -50,16 +49,16 @@ def _le_bounds(a: Resources, b: Resources) -> bool:
 def dominant_share(share: QueueShare, total: Resources, allocated: Resources | None = None) -> Fraction:
     """max over resources of allocated / allocatable (§3.3); `allocated` defaults to the queue's own."""
     used = share.allocated if allocated is None else allocated
-    best = _ZERO_FRACTION
+    best_num, best_den = 0, 1
     for amount, bound, cluster, penalty in zip(
         used.values(), share.allocatable.values(), total.values(), _DRF_PENALTY, strict=True
     ):
         if bound < 0:
-            bound = cluster
-        value = Fraction(amount * penalty) if bound == 0 else Fraction(amount, bound)
-        if value > best:
-            best = value
-    return best
+            bound = cluster if cluster > 0 else 0
+        num, den = (amount * penalty, 1) if bound == 0 else (amount, bound)
+        if num * best_den > best_num * den:
+            best_num, best_den = num, den
+    return Fraction(best_num, best_den)
 
 
 def dominant_share_with_job(
