@@ -11,8 +11,10 @@ from kubernetes_asyncio import client, config
 
 from services.nodeagent.app import NodeAgentApp
 from services.nodeagent.config import NodeAgentSettings
-from shoal.adapters.kafka import Publisher
+from shoal.adapters.kafka import Publisher, ensure_topics
+from shoal.errors import ShoalError
 from shoal.logging import configure_logging, get_logger
+from shoal.messages.topics import GPU_USAGE
 from shoal.settings import redacted, settings_or_exit
 
 log = get_logger("services.nodeagent")
@@ -41,7 +43,13 @@ async def run(settings: NodeAgentSettings) -> None:
     await web.TCPSite(runner, settings.http.host, settings.http.port).start()
     try:
         if publisher is not None:
-            await publisher.start()
+            topic = GPU_USAGE.full(settings.topic_prefix)
+            try:
+                await ensure_topics(settings.kafka, [topic], partitions=GPU_USAGE.partitions)
+                await publisher.start()
+            except ShoalError as exc:  # no Kafka: police and serve metrics anyway, without GpuUsage messages
+                log.error("telemetry_disabled", error=str(exc))
+                app.publisher = publisher = None
         log.info("nodeagent_started", settings=redacted(settings))
         await app.run(stop)
     finally:

@@ -35,6 +35,7 @@ from services.nodeagent.memory_policy import Kill
 from services.nodeagent.procmap import ProcFs
 from services.nodeagent.telemetry import GpuUsage, TelemetryCollector
 from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
+from shoal.errors import ShoalError
 from shoal.logging import get_logger
 from shoal.messages.base import new_meta
 from shoal.messages.topics import GPU_USAGE
@@ -165,7 +166,10 @@ class NodeAgentApp:
         if self.publisher is not None and now - self.last_published.get(node.name, -1e18) >= \
                 self.settings.telemetry_period_s:
             self.last_published[node.name] = now
-            await self.publisher.publish(GPU_USAGE.full(self.settings.topic_prefix), usage, key=node.name)
+            try:
+                await self.publisher.publish(GPU_USAGE.full(self.settings.topic_prefix), usage, key=node.name)
+            except ShoalError as exc:  # telemetry is best effort: the next period publishes again
+                log.warning("telemetry_publish_failed", node=node.name, error=str(exc))
         return result
 
     # ----- actions -------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The node agent against the real apiserver (and Kafka), on fake GPU nodes with the fake GPU backend.
+"""The node agent against the real apiserver and Kafka, on fake GPU nodes with the fake GPU backend.
 
 The agent is driven tick by tick (`await app.tick(now)`) so time is explicit; the fake inventory of each
 node is the node's hardware, and tests start/stop simulated GPU processes on it.
@@ -7,12 +7,20 @@ node is the node's hardware, and tests start/stop simulated GPU processes on it.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
+from aiokafka import AIOKafkaConsumer
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -20,6 +28,10 @@ from services.nodeagent.app import NodeAgentApp
 from services.nodeagent.binding import FAKE_DEVICES_ANNOTATION, RESERVE_ANNOTATION
 from services.nodeagent.config import NodeAgentSettings
 from services.nodeagent.fake_backend import FakeInventory, fake_gpu_uuid
+from services.nodeagent.telemetry import decode
+from shoal.adapters.kafka import Publisher, ensure_topics
+from shoal.messages.topics import GPU_USAGE
+from shoal.settings import KafkaSettings
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, what: str = "condition") -> Any:
@@ -49,14 +61,15 @@ async def rsv(kube_api: Any, namespace: str) -> Any:
 
 
 def settings(namespace: str, node_pool: str, **extra: Any) -> NodeAgentSettings:
-    return NodeAgentSettings(
-        all_fake_nodes=True,
-        backend="fake",
-        fake_node_selector=f"kai.scheduler/node-pool={node_pool}",
-        reservation_namespace=namespace,
-        publish_telemetry=False,
+    values: dict[str, Any] = {
+        "all_fake_nodes": True,
+        "backend": "fake",
+        "fake_node_selector": f"kai.scheduler/node-pool={node_pool}",
+        "reservation_namespace": namespace,
+        "publish_telemetry": False,
         **extra,
-    )
+    }
+    return NodeAgentSettings(**values)
 
 
 def pod_body(name: str, node: str, *, annotations: dict[str, str] | None = None,
@@ -224,3 +237,89 @@ async def test_mig_refusal_and_mps_configmap(kube_api: Any, namespace: str, rsv:
     assert [e.reason for e in await events_of(core, namespace, "on-mig")] == ["GPUSharingUnsupportedOnMIG"]
     cm = await core.read_namespaced_config_map("mps-x1-shared-gpu-0-evar", namespace)
     assert cm.data == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2500M"}
+
+
+async def test_gpu_usage_published_on_kafka(kube_api: Any, stack: Any, namespace: str, rsv: str, node_pool: str,
+                                            gpu_nodes: Any, topic_prefix: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    (node,) = await gpu_nodes(count=1, gpus=2, gpu_memory_mib=10000)
+    kafka = KafkaSettings(bootstrap=stack.kafka_bootstrap)
+    topic = GPU_USAGE.full(topic_prefix)
+    await ensure_topics(kafka, [topic])
+    async with Publisher(kafka) as publisher:
+        app = NodeAgentApp(settings(rsv, node_pool, topic_prefix=topic_prefix, publish_telemetry=True,
+                                    telemetry_period_s=5), kube_api, publisher=publisher)
+        gpu, inv = await shared_gpu(core, app, node)
+        uid = await create_pod(core, namespace, pod_body("frac", node, annotations={"gpu-fraction": "0.5"},
+                                                         labels={"runai-gpu-group": "g1"}))
+        assert isinstance(inv, FakeInventory)
+        inv.start_process(pid=7, gpu_uuid=gpu, used_mib=1234, start_ticks=1, pod_uid=uid, utilization_percent=42)
+        await app.tick(10.0)
+        await app.tick(11.0)  # within the period: not published again
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=stack.kafka_bootstrap, auto_offset_reset="earliest",
+                                group_id=f"t-{uuid.uuid4().hex[:8]}")
+    await consumer.start()
+    try:
+        batches = await consumer.getmany(timeout_ms=10_000)
+        records = [r for rs in batches.values() for r in rs]
+    finally:
+        await consumer.stop()
+    assert len(records) == 2  # tick at 0.0 (first) and 10.0
+    assert all(r.key == node.encode() for r in records)
+    usage = decode(records[-1].value)
+    assert usage.node == node and usage.node_pool == node_pool
+    assert sorted(g.uuid for g in usage.gpus) == sorted(fake_gpu_uuid(node, i) for i in range(2))
+    (pod,) = usage.pods
+    assert (pod.pod, pod.gpu_uuid, pod.memory_used_mib, pod.memory_request_mib, pod.fraction) == (
+        "frac", gpu, 1234, 5000, 0.5)
+    assert pod.utilization_percent == 42
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_entry_point_serves_fake_nodes(kube_api: Any, stack: Any, rsv: str, node_pool: str,
+                                             gpu_nodes: Any, topic_prefix: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    (node,) = await gpu_nodes(count=1, gpus=1, gpu_memory_mib=10000)
+    await create_pod(core, rsv, pod_body("r1", node, labels={"runai-gpu-group": "g1"}))
+    port = free_port()
+    env = {
+        **os.environ,
+        "SHOAL_ALL_FAKE_NODES": "true",
+        "SHOAL_BACKEND": "fake",
+        "SHOAL_FAKE_NODE_SELECTOR": f"kai.scheduler/node-pool={node_pool}",
+        "SHOAL_RESERVATION_NAMESPACE": rsv,
+        "SHOAL_KUBECONFIG": stack.kubeconfig,
+        "SHOAL_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "SHOAL_TOPIC_PREFIX": topic_prefix,
+        "SHOAL_HTTP_PORT": str(port),
+        "SHOAL_SAMPLE_PERIOD_S": "0.5",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "services.nodeagent"], env=env, stderr=subprocess.PIPE)
+    try:
+        assert await eventually(lambda: annotation(core, rsv, "r1", RESERVE_ANNOTATION), timeout_s=30,
+                                what="the agent process to annotate r1") == fake_gpu_uuid(node, 0)
+        async with aiohttp.ClientSession() as http:
+            async def get(path: str) -> tuple[int, str]:
+                async with http.get(f"http://127.0.0.1:{port}{path}") as resp:
+                    return resp.status, await resp.text()
+
+            assert await get("/healthz") == (200, "ok")
+            async def ready() -> bool:
+                return (await get("/readyz"))[0] == 200
+
+            await eventually(ready, what="/readyz")
+            status, text = await get("/metrics")
+            assert status == 200 and f'DCGM_FI_DEV_FB_TOTAL{{Hostname="{node}"' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = await asyncio.to_thread(proc.communicate, timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, err.decode()[-2000:]
