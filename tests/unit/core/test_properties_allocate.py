@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from shoal.core.cycle import run_cycle
 from shoal.core.model import FractionRequest, Node, Pod, PodGroup, ShardConfig, make_snapshot
-from shoal.core.plan import Bind, Pipeline, Reserve
+from shoal.core.plan import Bind, Evict, Pipeline, Reserve
 
 NS = "ns"
 
@@ -81,6 +81,9 @@ def _check_no_overcommit(snap, plan):
             groups_on[p.node_name].add(g)
             group_use[(p.node_name, g)] += p.fraction.portion_milli
     for op in plan.ops:
+        if isinstance(op, Evict):  # core II: an evicted pod's resources are released for what is pipelined
+            future_gpus[op.node] -= pods[op.pod].gpus
+            future_cpu[op.node] -= pods[op.pod].cpu_milli
         if isinstance(op, Reserve):
             slots[op.node] += 1
         if isinstance(op, (Bind, Pipeline)):

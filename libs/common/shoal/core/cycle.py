@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from shoal.core import allocate, reasons
+from shoal.core import allocate, consolidation, preempt, reasons, reclaim, stalegang
 from shoal.core.context import Context
 from shoal.core.gpusharing import portion_text
 from shoal.core.model import ANNOTATION_LAST_START, Snapshot
@@ -37,7 +37,13 @@ from shoal.core.session import ACTIVE, PENDING, Session
 
 # KAI action order (priority 500, 400, 300, 200, 100). Core II registers the other four here.
 ACTION_ORDER = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
-ACTIONS: dict[str, Callable[[Context], None]] = {"allocate": allocate.run}
+ACTIONS: dict[str, Callable[[Context], None]] = {
+    "allocate": allocate.run,
+    "consolidation": consolidation.run,
+    "reclaim": reclaim.run,
+    "preempt": preempt.run,
+    "stalegangeviction": stalegang.run,
+}
 
 
 def now_text(now: str | int) -> str:

@@ -219,6 +219,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     victim_budget: int = 10_000
     queue_depth_per_action: dict[str, int] = {}
     stuck_in_releasing_s: int = 120
+    reclaimer_saturation_multiplier: float = 1.0  # KAI relcaimerSaturationMultiplier; < 1 reads as 1
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
