@@ -1,0 +1,92 @@
+"""The consolidation action (KAI §4.3): move running pods so that a pending job fits (defragmentation).
+
+Preemptors: pending, ready, PREEMPTIBLE jobs outside their preemption delay that pass the queue
+capacity checks, and only when the cluster's idle + releasing GPUs (whole GPUs plus free portions of
+shared GPUs) cover the job's GPU request. Victims: preemptible jobs of any queue with running pods, at
+most `ShardConfig.max_consolidation_preemptees` jobs (lowest priority, then newest first), moved one pod
+at a time. A scenario is accepted only when the job is placed AND every moved pod is re-placed
+(pipelined) elsewhere; nothing is stranded. The moved pods are evicted with "Pod ns/p was preempted and
+rescheduled due to bin packing (resource consolidation) procedure"; their controllers recreate them and
+the next cycles place them. Disabled under the spread placement strategy or with 0 preemptees (cycle.py).
+"""
+
+from __future__ import annotations
+
+from shoal.core import capacity
+from shoal.core.allocate import fair_request, limit_request
+from shoal.core.context import Context
+from shoal.core.ordering import JobQueue, Policy, task_order_key
+from shoal.core.reclaim import record_delay
+from shoal.core.session import DEVICE_MILLI, RUNNING, Job, Task
+from shoal.core.solver import VICTIM_BUDGET_EXHAUSTED, Budget, budget_message, commit, next_tasks, preemptor_candidates, solve
+from shoal.core.victims import Chunk, is_victim_candidate, victim_job_key
+
+NAME = "consolidation"
+
+
+def consolidation_message(pod_key: str) -> str:
+    return f"Pod {pod_key} was preempted and rescheduled due to bin packing (resource consolidation) procedure"
+
+
+def allocatable_gpu_milli(ctx: Context) -> int:
+    """Idle + releasing GPUs of the cluster, whole devices plus free portions of shared GPUs (milli)."""
+    total = 0
+    for ns in ctx.session.nodes:
+        if not ns.node.ready:
+            continue
+        total += max(ns.idle_gpus + ns.rel_gpus, 0) * DEVICE_MILLI
+        for g in ns.groups.values():
+            total += max(DEVICE_MILLI - g.used + g.releasing, 0)
+    return total
+
+
+def victim_chunks(ctx: Context, job: Job) -> list[Chunk]:
+    session = ctx.session
+    victims = [
+        v for key, v in sorted(session.jobs.items()) if v is not job and is_victim_candidate(v)
+    ]
+    victims.sort(key=victim_job_key)
+    victims = victims[: max(session.config.max_consolidation_preemptees, 0)]
+    out: list[Chunk] = []
+    for v in victims:
+        running = sorted((t for t in v.tasks if t.status == RUNNING), key=task_order_key, reverse=True)
+        out.extend(Chunk(v, [t], core=False) for t in running)
+    return out
+
+
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
+    if fair_request(tasks).gpu_milli > allocatable_gpu_milli(ctx):
+        return False
+    chunks = victim_chunks(ctx, job)
+    if not chunks:
+        return False
+    got = solve(ctx, job, tasks, chunks, lambda _: True, NAME, lambda t: consolidation_message(t.key), budget,
+                replace=True)
+    if got is None:
+        return False
+    commit(ctx, job, hidden=frozenset(id(t) for c in got for t in c.tasks))
+    return True
+
+
+def run(ctx: Context, policy: Policy = Policy()) -> None:
+    cfg = ctx.session.config
+    if cfg.max_consolidation_preemptees <= 0 or "spread" in (cfg.gpu_placement, cfg.cpu_placement):
+        return
+    budget = Budget(ctx, NAME)
+    jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
+    for job in preemptor_candidates(ctx):
+        if job.preemptible:
+            jq.push(job)
+    while not budget.exhausted:
+        job = jq.pop()
+        if job is None:
+            break
+        if record_delay(ctx, job):
+            continue
+        tasks = next_tasks(job, policy)
+        if not tasks:
+            continue
+        if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is not None:
+            continue
+        if not attempt(ctx, job, tasks, budget) and budget.exhausted:
+            ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))

@@ -1,0 +1,98 @@
+"""The preempt action (KAI §4.5): inside one leaf queue, a higher-priority job evicts lower-priority ones.
+
+Preemptors: pending, ready jobs outside their preemption delay; a non-preemptible one must first pass
+NonPreemptibleOverQuota for the tasks it is about to place (capacity checks run before the search).
+Victims: preemptible jobs of the SAME leaf queue with strictly lower priority and running pods, not
+protected by preempt min-runtime (a protected elastic job offers only its pods above its minimum),
+lowest priority first, then above-min elastic, then newest. The scenario must keep the queue and every
+ancestor within its limit with the victims gone and the job placed. Victims get "Pod ns/p was
+preempted by higher priority workload ns/<pg>".
+"""
+
+from __future__ import annotations
+
+from shoal.core import capacity
+from shoal.core.allocate import fair_request, limit_request
+from shoal.core.context import Context
+from shoal.core.minruntime import is_protected, preempt_min_runtime
+from shoal.core.ordering import JobQueue, Policy
+from shoal.core.reclaim import record_delay
+from shoal.core.session import PENDING, Job, Task
+from shoal.core.solver import VICTIM_BUDGET_EXHAUSTED, Budget, budget_message, commit, next_tasks, preemptor_candidates, solve
+from shoal.core.victims import Chunk, is_victim_candidate, job_chunks, victim_job_key
+
+NAME = "preempt"
+
+
+def preempt_message(pod_key: str, preemptor_pg: str) -> str:
+    return f"Pod {pod_key} was preempted by higher priority workload {preemptor_pg}"
+
+
+def victim_chunks(ctx: Context, job: Job) -> list[Chunk]:
+    session = ctx.session
+    victims = []
+    for key in sorted(session.jobs):
+        v = session.jobs[key]
+        if v is job or v.queue != job.queue or v.priority >= job.priority or not is_victim_candidate(v):
+            continue
+        victims.append(v)
+    victims.sort(key=victim_job_key)
+    out: list[Chunk] = []
+    for v in victims:
+        out.extend(job_chunks(v, is_protected(session, v, preempt_min_runtime(session, v))))
+    return out
+
+
+def within_limits(ctx: Context, job: Job, tasks: list[Task]) -> bool:
+    """Every queue on the job's path is within its limit, in the resources the job asks for, with the
+    scenario's allocations (live figures: victims gone, job placed)."""
+    session = ctx.session
+    asked = [v > 0 for v in fair_request(tasks).values()]
+    name: str | None = job.queue
+    while name is not None and name in ctx.shares:
+        share = ctx.shares[name]
+        alloc = session.queues[name].alloc
+        for limit, used, sel in zip(share.limit.values(), alloc, asked, strict=True):
+            if sel and limit >= 0 and used > limit:
+                return False
+        name = share.parent
+    return True
+
+
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
+    chunks = victim_chunks(ctx, job)
+    if not chunks:
+        return False
+
+    def accept(_: list[Chunk]) -> bool:
+        return within_limits(ctx, job, tasks)
+
+    got = solve(ctx, job, tasks, chunks, accept, NAME, lambda t: preempt_message(t.key, job.key), budget)
+    if got is None:
+        return False
+    commit(ctx, job)
+    return True
+
+
+def run(ctx: Context, policy: Policy = Policy()) -> None:
+    budget = Budget(ctx, NAME)
+    jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
+    for job in preemptor_candidates(ctx):
+        jq.push(job)
+    while not budget.exhausted:
+        job = jq.pop()
+        if job is None:
+            break
+        if record_delay(ctx, job):
+            continue
+        tasks = next_tasks(job, policy)
+        if not tasks:
+            continue
+        if not job.preemptible and capacity.check_non_preemptible_quota(ctx.shares, job.queue, limit_request(tasks)):
+            continue  # OverLimit is checked inside the scenario, with the victims gone
+        if attempt(ctx, job, tasks, budget):
+            if any(t.status == PENDING for t in job.tasks):
+                jq.shares = ctx.shares
+                jq.push(job)
+        elif budget.exhausted:
+            ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))

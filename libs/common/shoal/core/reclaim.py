@@ -1,0 +1,145 @@
+"""The reclaim action (KAI §4.4): a queue below its fair share takes resources back from other queues.
+
+Pending jobs are taken in allocate's queue/job order. A job is skipped when it is inside its preemption
+delay (reason PreemptionDelayNotElapsed), fails the queue capacity checks (a non-preemptible reclaimer
+must stay within deserved quota at every level), or would take its leaf queue over its fair share.
+Victims: preemptible jobs of other queues with running pods that pass the leveled victim filter; jobs
+protected by reclaim min-runtime offer only their pods above their minimum. The queue most over its
+share gives first (re-evaluated after each chunk); inside a queue the lowest job goes first (lowest
+priority, above-min elastic, newest). The shared solver accumulates chunks until the job is placed
+and `reclaimable.scenario_ok` holds. Victims get the message "Pod ns/p was preempted by workload
+ns/<pg>." followed by the victim's and the reclaimer's queue lines at the divergence level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from shoal.core import capacity, reclaimable
+from shoal.core.allocate import fair_request, limit_request
+from shoal.core.context import Context
+from shoal.core.minruntime import (
+    PREEMPTION_DELAY_NOT_ELAPSED,
+    is_protected,
+    preemption_delay_end,
+    preemption_delay_message,
+    reclaim_min_runtime,
+)
+from shoal.core.ordering import JobQueue, Policy
+from shoal.core.queue_order import dominant_share
+from shoal.core.resources import Resources
+from shoal.core.session import PENDING, Job, Task
+from shoal.core.solver import VICTIM_BUDGET_EXHAUSTED, Budget, budget_message, commit, next_tasks, preemptor_candidates, solve
+from shoal.core.victims import Chunk, is_victim_candidate, job_chunks, victim_job_key
+
+NAME = "reclaim"
+
+
+def record_delay(ctx: Context, job: Job) -> bool:
+    """True (and the job's reason recorded) when the job is inside its preemption delay."""
+    end = preemption_delay_end(ctx.session, job)
+    if end is None:
+        return False
+    message = preemption_delay_message(job.group.preemption_delay_s or 0, end)
+    reasons = ctx.outcome(job).reasons
+    if not reasons or reasons[-1][0] != PREEMPTION_DELAY_NOT_ELAPSED:
+        reasons.append((PREEMPTION_DELAY_NOT_ELAPSED, message, None))
+    return True
+
+
+def _victim_chunks(ctx: Context, job: Job, request: Resources, before: dict[str, Resources]) -> dict[str, list[Chunk]]:
+    """Chunks per victim level queue, each list in eviction order."""
+    session, shares = ctx.session, ctx.shares
+    by_level: dict[str, list[tuple[tuple, list[Chunk]]]] = {}
+    for key in sorted(session.jobs):
+        victim = session.jobs[key]
+        if victim.queue == job.queue or victim.queue not in shares or not is_victim_candidate(victim):
+            continue
+        level = reclaimable.leveled(shares, job.queue, victim.queue)
+        if level is None or not reclaimable.victim_allowed(shares, before, level, request):
+            continue
+        protected = is_protected(session, victim, reclaim_min_runtime(session, job.queue, victim))
+        chunks = job_chunks(victim, protected)
+        if chunks:
+            by_level.setdefault(level[1], []).append((victim_job_key(victim), chunks))
+    return {name: [c for _, cs in sorted(items, key=lambda i: i[0]) for c in cs] for name, items in by_level.items()}
+
+
+def ordered_chunks(ctx: Context, by_level: dict[str, list[Chunk]], before: dict[str, Resources]) -> Iterator[Chunk]:
+    """The most over-served victim queue gives next (dominant share of what it still holds)."""
+    left = {name: before[name] for name in by_level}
+    index = dict.fromkeys(by_level, 0)
+    while True:
+        best = None
+        for name in sorted(by_level):
+            if index[name] >= len(by_level[name]):
+                continue
+            share = dominant_share(ctx.shares[name], ctx.total, left[name])
+            if best is None or share > best[0]:
+                best = (share, name)
+        if best is None:
+            return
+        name = best[1]
+        chunk = by_level[name][index[name]]
+        index[name] += 1
+        left[name] = left[name] - chunk.resources
+        yield chunk
+
+
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
+    session, shares = ctx.session, ctx.shares
+    before = reclaimable.allocations(session)
+    request = fair_request(tasks)
+    if not reclaimable.can_reclaim(shares, before, job.queue, request):
+        return False
+    by_level = _victim_chunks(ctx, job, request, before)
+    if not by_level:
+        return False
+    mask = reclaimable.requested_mask(request)
+    lines: dict[str, str] = {}
+
+    def message_of(task: Task) -> str:
+        vq = task.job.queue if task.job is not None else ""
+        text = lines.get(vq)
+        if text is None:
+            r_name, v_name = reclaimable.leveled(shares, job.queue, vq) or (job.queue, vq)
+            v_line = reclaimable.queue_line(shares[v_name], before[v_name], mask)
+            r_line = reclaimable.queue_line(shares[r_name], before[r_name], mask)
+            text = lines[vq] = f"{v_line}\n{r_line}"
+        return f"Pod {task.key} was preempted by workload {job.key}.\n{text}"
+
+    multiplier = max(float(session.config.reclaimer_saturation_multiplier), 1.0)
+
+    def accept(chunks: list[Chunk]) -> bool:
+        after = reclaimable.allocations(session)
+        return reclaimable.scenario_ok(shares, before, after, job.queue, request, chunks, multiplier)
+
+    got = solve(ctx, job, tasks, ordered_chunks(ctx, by_level, before), accept, NAME, message_of, budget)
+    if got is None:
+        return False
+    commit(ctx, job)
+    return True
+
+
+def run(ctx: Context, policy: Policy = Policy()) -> None:
+    budget = Budget(ctx, NAME)
+    jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
+    for job in preemptor_candidates(ctx):
+        jq.push(job)
+    while not budget.exhausted:
+        job = jq.pop()
+        if job is None:
+            break
+        if record_delay(ctx, job):
+            continue
+        tasks = next_tasks(job, policy)
+        if not tasks:
+            continue
+        if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), not job.preemptible) is not None:
+            continue
+        if attempt(ctx, job, tasks, budget):
+            if any(t.status == PENDING for t in job.tasks):
+                jq.shares = ctx.shares
+                jq.push(job)
+        elif budget.exhausted:
+            ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))

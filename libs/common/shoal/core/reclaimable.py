@@ -1,0 +1,159 @@
+"""Reclaim rules between queues (KAI §4.4, plugin proportion/reclaimable) plus Shoal's two guarantees.
+
+All figures are (cpu_milli, memory_bytes, gpu_milli). `before` holds every queue's rolled-up allocation
+when the reclaimer's search starts; "after" is the session's live allocation inside the simulated
+scenario (victims evicted, reclaimer placed). Deserved, fair share and allocatable come from the
+cycle's fair-share division.
+
+- Eligibility (`can_reclaim`): the reclaimer's leaf queue stays within its fair share with the job.
+- Leveling: reclaimer and victim queues are compared at the first level where their paths from the
+  root diverge (`leveled`).
+- Victim filter (`victim_allowed`): when the reclaimer's level queue would be over deserved quota,
+  the victim's level queue must be over its allocatable (fair) share; otherwise it must be over deserved
+  in a resource the reclaimer asks for.
+- Scenario (`scenario_ok`), per victim level queue, chunk by chunk: MaintainFairShare (the victim
+  queue is still above its allocatable share before the chunk) or GuaranteeDeservedQuota (the reclaimer
+  stays within deserved and the victim queue is above deserved before the chunk). Then KAI's saturation
+  bound: a reclaimer ending above its fair share must end less saturated (x multiplier) than each
+  victim sibling.
+- Shoal (SPEC §2.4), in the resources the reclaimer asks for: (a) no queue on the reclaimer's path up to
+  the divergence level ends above its allocatable share, so reclaim reaches fair share and stops there;
+  (b) a reclaimer level queue that ends above deserved may not take a victim queue below
+  min(its allocation, its deserved). Together they make a reclaim final: right after it, the victims'
+  queues can claim nothing back from the reclaimer (no ping-pong).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shoal.core.capacity import humanize
+from shoal.core.fairshare import QueueShare
+from shoal.core.resources import CPU, GPU, MEMORY, RESOURCE_ORDER, Resources
+from shoal.core.session import Session
+from shoal.core.victims import Chunk
+
+
+def allocations(session: Session) -> dict[str, Resources]:
+    return {name: Resources(*qs.alloc) for name, qs in session.queues.items()}
+
+
+def path_down(shares: Mapping[str, QueueShare], name: str) -> list[str]:
+    """Root first, the queue last."""
+    out: list[str] = []
+    cur: str | None = name
+    while cur is not None and cur in shares and len(out) <= len(shares):
+        out.append(cur)
+        cur = shares[cur].parent
+    out.reverse()
+    return out
+
+
+def leveled(shares: Mapping[str, QueueShare], reclaimer: str, victim: str) -> tuple[str, str] | None:
+    """The reclaimer's and the victim's queues at the level where their paths diverge."""
+    a, b = path_down(shares, reclaimer), path_down(shares, victim)
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            return x, y
+    return None
+
+
+def _over(amount: Resources, bound: Resources, only: tuple[bool, bool, bool] = (True, True, True)) -> bool:
+    """amount > bound in some (selected) resource; a negative bound is unlimited."""
+    return any(
+        sel and b >= 0 and a > b for a, b, sel in zip(amount.values(), bound.values(), only, strict=True)
+    )
+
+
+def requested_mask(request: Resources) -> tuple[bool, bool, bool]:
+    return tuple(v > 0 for v in request.values())  # type: ignore[return-value]
+
+
+def can_reclaim(shares: Mapping[str, QueueShare], before: Mapping[str, Resources], queue: str,
+                request: Resources) -> bool:
+    share = shares[queue]
+    return not _over(before[queue] + request, share.fair_share)
+
+
+def victim_allowed(shares: Mapping[str, QueueShare], before: Mapping[str, Resources], level: tuple[str, str],
+                   request: Resources) -> bool:
+    r_name, v_name = level
+    r, v = shares[r_name], shares[v_name]
+    if _over(before[r_name] + request, r.deserved):
+        return _over(before[v_name], v.allocatable)
+    return _over(before[v_name], v.deserved, requested_mask(request))
+
+
+def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources], after: Mapping[str, Resources],
+                reclaimer: str, request: Resources, chunks: list[Chunk], multiplier: float) -> bool:
+    mask = requested_mask(request)
+    remaining: dict[str, Resources] = {}
+    levels: dict[str, str] = {}
+    for chunk in chunks:
+        level = leveled(shares, reclaimer, chunk.job.queue)
+        if level is None:
+            return False
+        r_name, v_name = level
+        levels[v_name] = r_name
+        left = remaining.get(v_name, before[v_name])
+        v, r = shares[v_name], shares[r_name]
+        maintain = _over(left, v.allocatable)
+        guarantee = not _over(before[r_name] + request, r.deserved) and _over(left, v.deserved)
+        if not (maintain or guarantee):
+            return False
+        remaining[v_name] = left - chunk.resources
+    path = path_down(shares, reclaimer)
+    for v_name, r_name in sorted(levels.items()):
+        r, v = shares[r_name], shares[v_name]
+        for name in path[path.index(r_name):]:
+            if _over(after[name], shares[name].allocatable, mask):
+                return False
+        if _over(after[r_name], r.deserved, mask):
+            floor = before[v_name].minimum(v.deserved)
+            if _over(floor, after[v_name], mask):
+                return False
+        if not _saturation_ok(r, v, after[r_name], after[v_name], mask, multiplier):
+            return False
+    return True
+
+
+def _saturation_ok(r: QueueShare, v: QueueShare, r_after: Resources, v_after: Resources,
+                   mask: tuple[bool, bool, bool], multiplier: float) -> bool:
+    for i, sel in enumerate(mask):
+        if not sel:
+            continue
+        r_fair, v_fair = r.fair_share.values()[i], v.fair_share.values()[i]
+        r_alloc, v_alloc = r_after.values()[i], v_after.values()[i]
+        if v_fair <= 0:
+            continue
+        # ratio_r > 1  and  ratio_r * m >= ratio_v, cross-multiplied (r_fair may be 0: ratio infinite)
+        if r_fair == 0:
+            if r_alloc > 0:
+                return False
+            continue
+        if r_alloc > r_fair and r_alloc * multiplier * v_fair >= v_alloc * r_fair:
+            return False
+    return True
+
+
+_UNITS = {GPU: "GPUs", CPU: "CPU cores", MEMORY: "GB memory"}
+
+
+def render(amount: Resources, mask: tuple[bool, bool, bool]) -> str:
+    """Amounts for the queue lines: GPU first, then CPU and memory, only the resources in `mask`."""
+    parts = []
+    for resource in (GPU, CPU, MEMORY):
+        if mask[RESOURCE_ORDER.index(resource)]:
+            parts.append(f"{humanize(resource, amount.get(resource))} {_UNITS[resource]}")
+    return ", ".join(parts) if parts else f"{humanize(GPU, amount.gpu_milli)} GPUs"
+
+
+def queue_line(share: QueueShare, allocated: Resources, mask: tuple[bool, bool, bool]) -> str:
+    return (
+        f"{share.message_name} uses {render(allocated, mask)} with a quota of {render(share.quota, mask)}, "
+        f"fair-share of {render(share.fair_share, mask)} and queue priority of {share.priority}."
+    )
+
+
+def reclaim_message(pod_key: str, reclaimer_pg: str, victim_line: str, reclaimer_line: str) -> str:
+    return f"Pod {pod_key} was preempted by workload {reclaimer_pg}.\n{victim_line}\n{reclaimer_line}"
