@@ -54,8 +54,8 @@ class KafkaSettings(Section, frozen=True, kw_only=True):
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     client_id: str = "shoal"
-    session_timeout_ms: PositiveInt = 10_000
-    heartbeat_interval_ms: PositiveInt = 1_000
+    session_timeout_ms: PositiveInt = 6_000  # a killed member's partitions move on within seconds
+    heartbeat_interval_ms: PositiveInt = 500
     max_poll_interval_ms: PositiveInt = 300_000
     request_timeout_ms: PositiveInt = 30_000
 
