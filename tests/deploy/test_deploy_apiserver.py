@@ -1,0 +1,73 @@
+"""Every rendered manifest passes the real apiserver's validation and admission (`kubectl apply --server-side
+--dry-run=server`, strict field validation), with Shoal's CRDs, namespaces and RBAC installed for real first
+so that namespaced and CRD-backed objects validate too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from deploy_support import FIXTURES, Installed, Kubectl, wait_gone
+
+
+@pytest.fixture(scope="module")
+def cert_manager_standins(installed_base: Installed) -> Iterator[None]:
+    """Test-only stand-ins for cert-manager's CRDs (the prod overlay has an Issuer and a Certificate)."""
+    kube = installed_base.kube
+    path = FIXTURES / "cert-manager-standin-crds.yaml"
+    kube.run("apply", "--server-side", "--field-manager=shoal-deploy-tests", "-f", str(path))
+    kube.run("wait", "--for=condition=Established", "--timeout=60s",
+             "crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+    try:
+        yield
+    finally:
+        kube.run("delete", "-f", str(path), "--ignore-not-found", "--wait=false", check=False)
+        for name in ("issuers.cert-manager.io", "certificates.cert-manager.io"):
+            wait_gone(kube, "crd", name)
+
+
+def dry_run(kube: Kubectl, manifest: str) -> str:
+    proc = kube.run("apply", "--server-side", "--dry-run=server", "--force-conflicts", "--validate=strict",
+                    "--field-manager=shoal-deploy-tests", "-f", "-", stdin=manifest, check=False)
+    assert proc.returncode == 0, f"server dry-run rejected the manifests:\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_overlay_passes_server_side_dry_run(
+    installed_base: Installed, cert_manager_standins: None, rendered_text: dict[str, str],
+    rendered: dict[str, list[dict]], overlay: str,
+) -> None:
+    out = dry_run(installed_base.kube, rendered_text[overlay])
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len([ln for ln in lines if "(server dry run)" in ln]) == len(rendered[overlay]), out
+    # shoal-system enforces the restricted Pod Security profile: nothing may even warn
+    assert "would violate PodSecurity" not in out, out
+    assert "Warning" not in out, out
+
+
+def test_dry_run_really_validates(installed_base: Installed) -> None:
+    """The check above can fail: a Deployment with an unknown field and a bad CR are rejected."""
+    bad_deployment = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: shoal-bad, namespace: shoal-system}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec:
+      containers: [{name: c, image: shoal-api, livenessProbe: {httpGet: {path: /healthz, port: http}}, bogus: 1}]
+"""
+    proc = installed_base.kube.run("apply", "--server-side", "--dry-run=server", "--validate=strict",
+                                   "-f", "-", stdin=bad_deployment, check=False)
+    assert proc.returncode != 0 and "bogus" in proc.stderr
+    bad_queue = """
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: shoal-bad-queue}
+spec: {resources: {gpu: {quota: "two"}}}
+"""
+    proc = installed_base.kube.run("apply", "--server-side", "--dry-run=server", "-f", "-", stdin=bad_queue,
+                                   check=False)
+    assert proc.returncode != 0 and "spec.resources.gpu.quota" in proc.stderr

@@ -1,0 +1,187 @@
+"""The kustomize overlays render, and what they render keeps the deployment contract: KAI-compatible CRDs,
+priority classes, one least-privilege account per service, hardened Deployments with health probes, the
+shared ConfigMap/Secret, webhooks with certificates, in-cluster Kafka/Redis for dev and external ones for prod.
+No cluster is needed here (kubectl kustomize runs offline)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from deploy_support import REPO, SERVICES
+
+Docs = list[dict[str, Any]]
+
+
+def by_kind(docs: Docs, kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def workloads(docs: Docs) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs
+            if d["kind"] in ("Deployment", "DaemonSet") and d["metadata"]["name"].startswith("shoal-")}
+
+
+def test_crds_are_generated_from_their_sources() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "deploy/tools/gen_crds.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("overlay", ["base", "dev", "prod"])
+def test_overlay_renders_every_service(rendered: dict[str, Docs], overlay: str) -> None:
+    docs = rendered[overlay]
+    work = workloads(docs)
+    assert set(work) == {f"shoal-{s}" for s in SERVICES}
+    assert work["shoal-nodeagent"]["kind"] == "DaemonSet"
+    crds = by_kind(docs, "CustomResourceDefinition")
+    assert set(crds) == {"queues.scheduling.run.ai", "podgroups.scheduling.run.ai", "topologies.kai.scheduler"}
+    assert set(by_kind(docs, "Namespace")) == {"shoal-system", "kai-resource-reservation"}
+
+
+def test_crds_match_kai_groups_versions_scopes(rendered: dict[str, Docs]) -> None:
+    crds = by_kind(rendered["base"], "CustomResourceDefinition")
+    expect = {
+        "queues.scheduling.run.ai": ("scheduling.run.ai", "v2", "Cluster", "Queue"),
+        "podgroups.scheduling.run.ai": ("scheduling.run.ai", "v2alpha2", "Namespaced", "PodGroup"),
+        "topologies.kai.scheduler": ("kai.scheduler", "v1alpha1", "Cluster", "Topology"),
+    }
+    for name, (group, version, scope, kind) in expect.items():
+        spec = crds[name]["spec"]
+        assert (spec["group"], spec["scope"], spec["names"]["kind"]) == (group, scope, kind)
+        [v] = spec["versions"]
+        assert (v["name"], v["served"], v["storage"]) == (version, True, True)
+        assert v["subresources"] == {"status": {}}
+        assert v["additionalPrinterColumns"], f"{name} has no printer columns"
+
+
+def _props(crds: dict[str, Any], name: str) -> dict[str, Any]:
+    return crds[name]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+
+
+def test_crd_fields_cover_kai_api(rendered: dict[str, Docs]) -> None:
+    crds = by_kind(rendered["base"], "CustomResourceDefinition")
+    queue = _props(crds, "queues.scheduling.run.ai")
+    assert {"displayName", "parentQueue", "priority", "preemptMinRuntime", "reclaimMinRuntime",
+            "resources"} <= set(queue["spec"]["properties"])
+    for res in ("gpu", "cpu", "memory"):
+        fields = queue["spec"]["properties"]["resources"]["properties"][res]["properties"]
+        assert {k: v["type"] for k, v in fields.items()} == {"quota": "number", "limit": "number",
+                                                             "overQuotaWeight": "number"}
+    assert {"conditions", "childQueues", "allocated", "allocatedNonPreemptible", "requested"} <= set(
+        queue["status"]["properties"])
+
+    pg = _props(crds, "podgroups.scheduling.run.ai")
+    spec = pg["spec"]["properties"]
+    assert {"minMember", "minSubGroup", "queue", "priorityClassName", "preemptibility", "markUnschedulable",
+            "schedulingBackoff", "topologyConstraint", "subGroups", "preemptionDelay",
+            "stalenessGracePeriod"} <= set(spec)
+    assert spec["preemptibility"]["enum"] == ["preemptible", "non-preemptible"]
+    assert spec["minMember"]["minimum"] == 0 and spec["minSubGroup"]["minimum"] == 0
+    assert {"name", "minMember", "minSubGroup", "parent", "topologyConstraint"} <= set(
+        spec["subGroups"]["items"]["properties"])
+    assert {"schedulingConditions", "resourcesStatus", "conditions"} <= set(pg["status"]["properties"])
+    rules = [r["rule"] for r in pg["spec"]["x-kubernetes-validations"]]
+    assert any("minMember" in r and "minSubGroup" in r for r in rules)
+
+    topo = _props(crds, "topologies.kai.scheduler")
+    levels = topo["spec"]["properties"]["levels"]
+    assert (levels["minItems"], levels["maxItems"]) == (1, 16)
+    assert set(levels["items"]["properties"]) == {"nodeLabel", "alias"}
+
+
+def test_priority_classes_as_kai(rendered: dict[str, Docs]) -> None:
+    pcs = by_kind(rendered["base"], "PriorityClass")
+    assert {n: pc["value"] for n, pc in pcs.items()} == {"train": 50, "build-preemptible": 75, "build": 100,
+                                                        "inference": 125}
+    assert not any(pc.get("globalDefault") for pc in pcs.values())
+
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_workloads_are_hardened_and_probed(rendered: dict[str, Docs], overlay: str) -> None:
+    for name, work in workloads(rendered[overlay]).items():
+        service = name.removeprefix("shoal-")
+        pod = work["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == name
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] != 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        [c] = pod["containers"]
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert c["image"].split("/")[-1].split(":")[0] == name
+        assert not c["image"].endswith(":latest")
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert ports["http"] == 8080
+        assert (c["livenessProbe"]["httpGet"]["path"], c["livenessProbe"]["httpGet"]["port"]) == ("/healthz", "http")
+        assert (c["readinessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["port"]) == ("/readyz", "http")
+        refs = [e.get("configMapRef", e.get("secretRef"))["name"] for e in c["envFrom"]]
+        assert refs == ["shoal-config", "shoal-credentials"]
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+        no_api = service in ("fairshare", "planner")
+        assert (pod.get("automountServiceAccountToken") is False) == no_api
+
+
+def test_config_names_the_shared_settings(rendered: dict[str, Docs]) -> None:
+    for overlay in ("dev", "prod"):
+        data = by_kind(rendered[overlay], "ConfigMap")["shoal-config"]["data"]
+        assert data["SHOAL_SCHEDULER_NAME"] == "shoal-scheduler"
+        assert data["SHOAL_RESERVATION_NAMESPACE"] == "kai-resource-reservation"
+        assert data["SHOAL_KAFKA_BOOTSTRAP"] and data["SHOAL_REDIS_URL"]
+        assert not any("PASSWORD" in key for key in data), "passwords belong in shoal-credentials"
+    prod = by_kind(rendered["prod"], "ConfigMap")["shoal-config"]["data"]
+    assert prod["SHOAL_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and prod["SHOAL_REDIS_URL"].startswith("rediss://")
+    assert "shoal-credentials" in by_kind(rendered["dev"], "Secret")
+    assert "shoal-credentials" not in by_kind(rendered["prod"], "Secret"), "prod secrets are created out of band"
+
+
+def test_dev_runs_kafka_kraft_and_redis_in_cluster(rendered: dict[str, Docs]) -> None:
+    deps = by_kind(rendered["dev"], "Deployment")
+    kafka = deps["kafka"]["spec"]["template"]["spec"]["containers"][0]
+    assert kafka["image"].startswith("apache/kafka:") and not kafka["image"].endswith(":latest")
+    env = {e["name"]: e.get("value") for e in kafka["env"]}
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@localhost:9093"
+    assert "kafka.shoal-system.svc:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert deps["kafka"]["spec"]["template"]["spec"]["enableServiceLinks"] is False
+    assert deps["redis"]["spec"]["template"]["spec"]["containers"][0]["image"].startswith("redis:")
+    assert {"kafka", "redis", "shoal-api", "shoal-admission"} <= set(by_kind(rendered["dev"], "Service"))
+    assert "kafka" not in deps or "kafka" not in by_kind(rendered["prod"], "Deployment")
+    assert not {"kafka", "redis"} & set(by_kind(rendered["prod"], "Deployment"))
+
+
+def test_webhooks_and_certificates(rendered: dict[str, Docs]) -> None:
+    for overlay in ("dev", "prod"):
+        docs = rendered[overlay]
+        mutating = by_kind(docs, "MutatingWebhookConfiguration")["shoal-admission"]
+        validating = by_kind(docs, "ValidatingWebhookConfiguration")["shoal-admission"]
+        paths = {w["clientConfig"]["service"]["path"] for w in mutating["webhooks"] + validating["webhooks"]}
+        assert paths == {"/mutate-pods", "/validate-pods", "/validate-queues"}
+        for hook in mutating["webhooks"] + validating["webhooks"]:
+            assert hook["clientConfig"]["service"]["name"] == "shoal-admission"
+            assert hook["sideEffects"] == "None"
+        queue_hook = next(w for w in validating["webhooks"] if w["name"].startswith("queues."))
+        assert queue_hook["rules"][0]["resources"] == ["queues"]
+        assert set(queue_hook["rules"][0]["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+    prod = rendered["prod"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        ann = by_kind(prod, kind)["shoal-admission"]["metadata"]["annotations"]
+        assert ann["cert-manager.io/inject-ca-from"] == "shoal-system/shoal-admission"
+    cert = by_kind(prod, "Certificate")["shoal-admission"]
+    assert cert["spec"]["secretName"] == "shoal-admission-tls"
+    assert "shoal-admission.shoal-system.svc" in cert["spec"]["dnsNames"]
+    job = by_kind(rendered["dev"], "Job")["shoal-admission-certgen"]
+    pod = job["spec"]["template"]["spec"]
+    assert [c["args"][0] for c in pod["initContainers"] + pod["containers"]] == ["create", "patch"]
+    assert "--webhook-name=shoal-admission" in pod["containers"][0]["args"]
+
+
+def test_prod_scales_out(rendered: dict[str, Docs]) -> None:
+    prod = by_kind(rendered["prod"], "Deployment")
+    assert prod["shoal-planner"]["spec"]["replicas"] > 1
+    assert prod["shoal-binder"]["spec"]["replicas"] > 1
+    assert prod["shoal-admission"]["spec"]["replicas"] >= 2
+    assert prod["shoal-snapshotter"]["spec"]["replicas"] == 1
+    assert {"shoal-admission", "shoal-planner", "shoal-binder"} <= set(by_kind(rendered["prod"], "PodDisruptionBudget"))
