@@ -175,7 +175,8 @@ def divide_fair_share(
 
     fair: dict[str, list[int]] = {}
     deserved: dict[str, list[int]] = {}
-    groups: list[tuple[tuple[str, ...], tuple[int, ...]]] = [(tree.top_level(), total.values())]
+    top_amounts = tuple(max(amount, 0) for amount in total.values())
+    groups: list[tuple[tuple[str, ...], tuple[int, ...]]] = [(tree.top_level(), top_amounts)]
     for siblings, amounts in groups:
         if not siblings:
             continue
