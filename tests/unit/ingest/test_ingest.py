@@ -108,11 +108,12 @@ def test_unmanaged_pods_have_no_group():
 def test_config_document():
     doc = {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig",
            "spec": {"placementStrategy": {"gpu": "spread"}, "kValue": 0, "usage": {"a": {"gpu": 0.5}},
-                    "minRuntime": {"preemptMinRuntime": "5m"}}}
+                    "minRuntime": {"preemptMinRuntime": "5m"}, "reclaimerSaturationMultiplier": 0.5}}
     result = snapshot_from_objects([doc], now=NOW)
     cfg = result.snapshot.config
     assert cfg.gpu_placement == "spread" and "consolidation" not in cfg.actions
     assert cfg.k_value == 0 and cfg.usage[0].gpu == 0.5 and cfg.preempt_min_runtime_s == 300
+    assert cfg.reclaimer_saturation_multiplier == 1.0
     bad = snapshot_from_objects([{**doc, "spec": {"actions": ["allocate", "dance"]}}], now=NOW)
     assert bad.problems[0].field == "spec.actions"
 

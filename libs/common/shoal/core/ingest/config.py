@@ -22,6 +22,7 @@ Schema (every field optional):
       schedulerNames: [shoal-scheduler, kai-scheduler]   # pods with these schedulerName are Shoal's
       partitionLabelValue: ""          # only nodes/pod groups/queues of this node pool ("" = all)
       schedulePeriod: 1s               # simulate: the clock advance per cycle
+      reclaimerSaturationMultiplier: 1.0   # KAI's relcaimerSaturationMultiplier; values < 1 read as 1
 
 Following SchedulingShard, `consolidation` is dropped from the enabled actions when either
 placement strategy is `spread`.
@@ -44,7 +45,7 @@ KNOWN_FIELDS = {
     "placementStrategy", "actions", "minRuntime", "reclaimResolveMethod", "kValue", "usage",
     "reservationNamespace", "defaultStalenessGracePeriod", "maxConsolidationPreemptees", "victimBudget",
     "queueDepthPerAction", "stuckInReleasingThreshold", "schedulerNames", "partitionLabelValue",
-    "schedulePeriod",
+    "schedulePeriod", "reclaimerSaturationMultiplier",
 }
 
 
@@ -147,6 +148,8 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
         victim_budget=_positive_int(spec.get("victimBudget", 10_000), "spec.victimBudget"),
         queue_depth_per_action=depth,
         stuck_in_releasing_s=parse_duration(spec.get("stuckInReleasingThreshold", "2m"), "spec.stuckInReleasingThreshold"),
+        reclaimer_saturation_multiplier=max(_number(spec.get("reclaimerSaturationMultiplier", 1),
+                                                    "spec.reclaimerSaturationMultiplier"), 1.0),
     )
     names = spec.get("schedulerNames")
     scheduler_names = tuple(str(n) for n in as_list(names, "spec.schedulerNames")) if names else DEFAULT_SCHEDULER_NAMES
