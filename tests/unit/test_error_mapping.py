@@ -24,7 +24,7 @@ from shoal.settings import KafkaSettings
 def test_kube_statuses(status: int, expected: type) -> None:
     error = error_for_status(status, "msg", "get pods/x")
     assert type(error) is expected
-    assert str(status) in str(error)
+    assert str(status) in str(error) and error.status == status
 
 
 def test_kube_exceptions() -> None:

@@ -22,7 +22,12 @@ from collections.abc import Sequence
 
 
 class ShoalError(Exception):
-    """Base of every error Shoal raises on purpose."""
+    """Base of every error Shoal raises on purpose; `status` is the HTTP status behind it, if any
+    (e.g. 429 from the Eviction API means a PodDisruptionBudget blocks the eviction)."""
+
+    def __init__(self, *args: object, status: int | None = None) -> None:
+        super().__init__(*args)
+        self.status = status
 
 
 class TransientError(ShoalError):

@@ -102,14 +102,14 @@ def error_for_status(status: int, message: str, what: str = "") -> ShoalError:
     """The Shoal error for an HTTP status from the apiserver."""
     text = f"kube {what}: {status} {message}".strip()
     if status == 409:
-        return ConflictError(text)
+        return ConflictError(text, status=status)
     if status == 404:
-        return NotFoundError(text)
+        return NotFoundError(text, status=status)
     if status == 410:
-        return Expired(text)
+        return Expired(text, status=status)
     if status == 429 or status >= 500 or status == 0:
-        return TransientError(text)
-    return PermanentError(text)
+        return TransientError(text, status=status)
+    return PermanentError(text, status=status)
 
 
 def kube_error(exc: BaseException, what: str = "") -> ShoalError:
