@@ -224,7 +224,10 @@ class FakeKubelet:
             try:
                 await self._patch(pod, action)
             except Exception as exc:  # noqa: BLE001 - one pod's failure must not stop the worker
-                log.warning("patch %s/%s (%s) failed: %s", pod.namespace, pod.name, action, exc)
+                log.warning(
+                    "patch %s/%s (%s) failed, retrying in 1s: %s", pod.namespace, pod.name, action, exc
+                )
+                asyncio.get_running_loop().call_later(1.0, self._want, uid, action)
 
     async def _patch(self, pod: PodView, action: str) -> None:
         if action == "run":
