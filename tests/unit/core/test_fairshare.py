@@ -111,12 +111,13 @@ def test_satisfied_queue_returns_its_unused_share():
     assert fair_gpus(divide_fair_share(queues, Resources(gpu_milli=12 * GPU))) == {"A": 2, "B": 5, "C": 5}
 
 
-def test_zero_weight_gets_no_surplus_and_single_bucket_queue_takes_what_it_wants():
+def test_zero_weight_gets_no_surplus_even_alone_in_its_priority_bucket():
     queues = [gpu_queue("A", weight=0), gpu_queue("B", weight=1)]
     assert fair_gpus(divide_fair_share(queues, Resources(gpu_milli=6 * GPU))) == {"A": 0, "B": 6}
-    # alone in its priority bucket: weight is not consulted (KAI), but capped by its request (Shoal)
-    alone = [gpu_queue("A", weight=0, priority=200, request=Resources(gpu_milli=2 * GPU)), gpu_queue("B")]
-    assert fair_gpus(divide_fair_share(alone, Resources(gpu_milli=6 * GPU))) == {"A": 2, "B": 4}
+    alone = [gpu_queue("A", weight=0, priority=200), gpu_queue("B")]
+    assert fair_gpus(divide_fair_share(alone, Resources(gpu_milli=6 * GPU))) == {"A": 0, "B": 6}
+    capped = [gpu_queue("A", priority=200, request=Resources(gpu_milli=2 * GPU)), gpu_queue("B")]
+    assert fair_gpus(divide_fair_share(capped, Resources(gpu_milli=6 * GPU))) == {"A": 2, "B": 4}
 
 
 def test_fractional_requests_and_whole_gpu_water_fill():
@@ -396,3 +397,40 @@ def test_competing_over_quota_queues_never_exceed_request(specs, gpus):
     fair = [result.queues[f"q{i}"].fair_share.gpu_milli for i in range(len(specs))]
     assert all(f <= req for f, (req, _, _) in zip(fair, specs, strict=True))
     assert sum(fair) == min(gpus, sum(req for req, _, _ in specs))
+
+
+# ---- KAI's own division expectations (resource_division_test.go), restated ----------------------------
+
+
+KAI_TWO_QUEUES = [
+    # (total GPUs, {name: (quota, request, weight, limit, priority)}, expected GPUs)
+    (15, {"1": (2, 6, 2, -1, 100), "2": (2, 6, 2, -1, 100)}, {"1": 6, "2": 6}),
+    (12, {"1": (2, 6, 2, -1, 100), "2": (2, 6, 2, -1, 100)}, {"1": 6, "2": 6}),
+    (8, {"1": (2, 6, 1, -1, 100), "2": (2, 6, 3, -1, 100)}, {"1": 3, "2": 5}),
+    (12, {"1": (2, 6, 2, 5, 100), "2": (2, 6, 2, -1, 100)}, {"1": 5, "2": 6}),
+    (11, {"1": (2, 10, 1, -1, 100), "2": (2, 10, 4, -1, 100)}, {"1": 3, "2": 8}),
+    (11, {"1": (2, 6, 2, -1, 100), "2": (2, 6, 2, -1, 100)}, {"1": 6, "2": 5}),
+    (4, {"1": (2, 6, 2, -1, 1), "2": (2, 6, 2, -1, 2)}, {"1": 2, "2": 2}),
+    (6, {"1": (2, 6, 2, -1, 1), "2": (2, 6, 2, -1, 2)}, {"1": 2, "2": 4}),
+    (6, {"1": (2, 6, 100, -1, 1), "2": (2, 6, 1, -1, 2)}, {"1": 2, "2": 4}),
+    (5, {"1": (2, 5, 2, -1, 2), "2": (2, 5, 2, -1, 2), "3": (1, 0, 2, -1, 1)}, {"1": 3, "2": 2, "3": 0}),
+    # one queue: within quota, limit, fractions, zero weight
+    (2, {"1": (3, 2, 0, -1, 100)}, {"1": 2}),
+    (3, {"1": (3, 2, 0, 2, 100)}, {"1": 2}),
+    (7, {"1": (3, 5, 0, -1, 100)}, {"1": 3}),
+    (2, {"1": (1.5, 2, 0, -1, 100)}, {"1": 1.5}),
+    (2, {"1": (3, 1.5, 0, -1, 100)}, {"1": 1.5}),
+    (6, {"1": (0, 5, 1, -1, 100)}, {"1": 5}),
+    (3.5, {"1": (3, 5, 1, -1, 100)}, {"1": 3.5}),
+    (10, {"1": (0, 5, 0, -1, 100)}, {"1": 0}),
+]
+
+
+def test_kai_division_table():
+    for total, specs, expected in KAI_TWO_QUEUES:
+        claims = [
+            Claim(name, "", prio, int(quota * GPU), limit if limit < 0 else limit * GPU, int(req * GPU), w, 0)
+            for name, (quota, req, w, limit, prio) in specs.items()
+        ]
+        got = divide_resource(int(total * GPU), claims, GPU, 0)
+        assert got == {name: int(gpus * GPU) for name, gpus in expected.items()}, (total, specs)

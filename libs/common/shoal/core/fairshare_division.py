@@ -22,11 +22,11 @@ and scaled to integers over a common denominator), so there is no float drift an
 iteration order; siblings are always visited in (creation key, name) order, which is
 also the tie order. KAI iterates a Go map instead.
 
-Deliberate differences from KAI (Shoal never hands a queue more than it can use):
-- A priority bucket with a single queue gets `min(remaining, requestable - fair)` (KAI gives it all that
-  remains, beyond its request and limit). Like KAI, its weight is not consulted.
-- A leftover unit is capped by what the queue still wants (`requestable - fair`).
-So a fair share is never above `requestable = min(limit, request)` (limit UNLIMITED: request).
+This follows KAI's current `resource_division.go` (older releases handed a priority bucket holding a
+single queue everything that remained, whatever its weight, request or limit; current KAI does not).
+One deliberate difference: a leftover unit is capped by what the queue still wants
+(`requestable - fair`; KAI hands out a whole unit even when the queue wants only part of it), so a fair
+share is never above `requestable = min(limit, request)` (limit UNLIMITED: request).
 """
 
 from __future__ import annotations
@@ -142,11 +142,6 @@ class _Fill:
         """One priority bucket; updates `fair` in place, returns (remaining, leftovers)."""
         wants, fair, weights, unit = self.wants, self.fair, self.weights, self.unit
         left: dict[int, Fraction] = {}
-        if len(bucket) == 1:
-            i = bucket[0]
-            give = min(remaining, max(wants[i] - fair[i], 0))
-            fair[i] += give
-            return remaining - give, left
         while True:
             active = [i for i in bucket if wants[i] > fair[i]]
             weight_sum = sum(weights[i] for i in active)
