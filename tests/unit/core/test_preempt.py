@@ -1,0 +1,134 @@
+"""Priority preemption inside one queue (reference §4.5; S23–S27, seed 000 observation b)."""
+
+from __future__ import annotations
+
+from builders import NS, cluster, job, node, queue, schedule
+
+from shoal.core.model import ANNOTATION_LAST_EVICTION
+from shoal.core.plan import Annotate, Evict
+
+NOW = 1_000_000
+
+
+def evicted(r) -> list[str]:
+    return sorted(e.pod.split("/", 1)[1] for e in r.plan.of(Evict))
+
+
+def trains(count: int = 4, **kw) -> list:
+    return [job(f"train{i}", queue="q", pods=1, gpus=1, running_on=["n1"], created=i, **kw) for i in range(count)]
+
+
+def s23(preemptor_class: str = "build", q_gpu=(1, -1), victims=None, **preemptor_kw):
+    return cluster(
+        nodes=[node("n1", gpus=4)],
+        queues=[queue("q", gpu=q_gpu)],
+        jobs=(victims if victims is not None else trains())
+        + [job("newcomer", queue="q", pods=1, gpus=1, priority_class=preemptor_class, created=100, **preemptor_kw)],
+        now=NOW,
+    )
+
+
+def test_s23_build_pod_preempts_the_newest_train_pod():
+    """Seed 000 (b): a build pod arrives in a queue full of train pods; one train pod is evicted."""
+    r = schedule(s23())
+    (ev,) = r.plan.of(Evict)
+    assert ev.pod == f"{NS}/train3-0"
+    assert ev.action == "preempt" and ev.by == f"{NS}/newcomer"
+    assert ev.message == f"Pod {NS}/train3-0 was preempted by higher priority workload {NS}/newcomer"
+    assert r.pipelined() == {"newcomer-0": "n1"}
+    assert (f"{NS}/newcomer", ANNOTATION_LAST_EVICTION) in {(a.pod_group, a.key) for a in r.plan.of(Annotate)}
+
+
+def test_build_preemptible_displaces_train():
+    r = schedule(s23("build-preemptible"))
+    assert evicted(r) == ["train3-0"]
+
+
+def test_s24_no_preemption_between_equal_priorities():
+    r = schedule(s23("train"))
+    assert evicted(r) == [] and r.pipelined() == {}
+
+
+def test_s24_no_preemption_across_queues():
+    snap = cluster(
+        nodes=[node("n1", gpus=4)],
+        queues=[queue("q", gpu=(4, -1)), queue("other", gpu=(1, -1))],
+        jobs=trains() + [job("newcomer", queue="other", pods=1, gpus=1, priority_class="build", created=100)],
+    )
+    r = schedule(snap)
+    assert evicted(r) == []  # q is within its quota: nothing to reclaim either
+
+
+def test_s25_non_preemptible_victims_are_protected():
+    victims = [job(f"b{i}", queue="q", pods=1, gpus=1, priority_class="build", running_on=["n1"], created=i)
+               for i in range(4)]
+    r = schedule(s23("inference", q_gpu=(5, -1), victims=victims))
+    assert evicted(r) == []
+
+
+def test_non_preemptible_preemptor_must_fit_its_quota_first():
+    r = schedule(s23("build", q_gpu=(0, -1)))
+    assert evicted(r) == []
+
+
+def test_preemption_never_pushes_a_queue_over_its_limit():
+    # q has limit 4 and runs 4 train pods; the build job needs 2 GPUs: it must evict 2, not 1
+    snap = cluster(
+        nodes=[node("n1", gpus=4), node("n2", gpus=1)],
+        queues=[queue("q", gpu=(2, 4))],
+        jobs=trains() + [job("newcomer", queue="q", pods=1, gpus=2, priority_class="build", created=100)],
+    )
+    r = schedule(snap)
+    assert evicted(r) == ["train2-0", "train3-0"]
+
+
+def test_s26_preempt_min_runtime():
+    started = "1970-01-12T13:44:40Z"  # now - 120 s
+    victims = trains(last_start_timestamp=started)
+    q = queue("q", gpu=(1, -1))
+    snap = s23(victims=victims)
+    protected_q = q.__class__(**{**{f: getattr(q, f) for f in q.__struct_fields__}, "preempt_min_runtime_s": 300})
+    queues = tuple(protected_q if x.name == "q" else x for x in snap.queues)
+    fields = {f: getattr(snap, f) for f in snap.__struct_fields__}
+    assert evicted(schedule(snap.__class__(**{**fields, "queues": queues}))) == []
+    assert evicted(schedule(snap.__class__(**{**fields, "queues": queues, "now": NOW + 180}))) == ["train3-0"]
+
+
+def _at(snap, now):
+    return snap.__class__(**{**{f: getattr(snap, f) for f in snap.__struct_fields__}, "now": now})
+
+
+def test_s27_preemption_delay_holds_evictions_and_says_until_when():
+    r = schedule(_at(s23(preemption_delay_s=120), 150))  # the PodGroup was created at 100
+    assert evicted(r) == []
+    cond = r.condition("newcomer")
+    assert cond is not None and cond.reason == "PreemptionDelayNotElapsed"
+    assert cond.message == (
+        "PreemptionDelayNotElapsed: Workload is within its preemption delay window (2m0s) and may not trigger "
+        "evictions before 1970-01-01T00:03:40Z."
+    )
+
+
+def test_s27_after_the_delay_the_preemption_happens():
+    snap = s23(preemption_delay_s=120)
+    fields = {f: getattr(snap, f) for f in snap.__struct_fields__}
+    r = schedule(snap.__class__(**{**fields, "now": 100 + 120}))
+    assert evicted(r) == ["train3-0"]
+
+
+def test_s27_a_free_gpu_during_the_delay_is_simply_allocated():
+    r = schedule(_at(s23(preemption_delay_s=120, victims=trains(3)), 150))
+    assert evicted(r) == [] and r.bound() == {"newcomer-0": "n1"}
+    assert r.condition("newcomer") is None
+
+
+def test_elastic_victim_loses_only_pods_above_its_minimum_first():
+    victims = [job("elastic", queue="q", pods=4, gpus=1, min_member=2, running_on=["n1"] * 4)]
+    r = schedule(s23(victims=victims))
+    assert evicted(r) == ["elastic-3"]
+
+
+def test_gang_victim_is_evicted_whole():
+    victims = [job("gang", queue="q", pods=4, gpus=1, min_member=4, running_on=["n1"] * 4)]
+    r = schedule(s23(victims=victims))
+    assert evicted(r) == ["gang-0", "gang-1", "gang-2", "gang-3"]
