@@ -12,6 +12,8 @@ from shoal.core.capacity import (
     check_over_limit,
     go_float,
     humanize,
+    non_preemptible_over_quota_message,
+    over_limit_message,
     queue_does_not_exist,
 )
 from shoal.core.fairshare import QueueInput, QueueResource, divide_fair_share
@@ -229,3 +231,25 @@ def test_over_limit_iff_allocated_plus_request_exceeds_limit(leaf_limit, parent_
     assert (verdict is not None) == (over_leaf or over_parent)
     if verdict is not None:
         assert verdict.details["name"] == ("c" if over_leaf else "p")
+
+
+def test_message_builders_match_kai_test_expectations():
+    gb = 10**9
+    assert over_limit_message("gpu-queue", "gpu", 8 * GPU, 6 * GPU, 4 * GPU) == (
+        "gpu-queue quota has reached the allowable limit of GPUs. "
+        "Limit is 8 GPUs, currently 6 GPUs allocated and workload requested 4 GPUs"
+    )
+    assert over_limit_message("cpu-queue", "cpu", 16_000, 12_000, 8_000) == (
+        "cpu-queue quota has reached the allowable limit of CPU cores. "
+        "Limit is 16 cores, currently 12 cores allocated and workload requested 8 cores"
+    )
+    assert over_limit_message("memory-queue", "memory", 500 * gb, 400 * gb, 200 * gb) == (
+        "memory-queue quota has reached the allowable limit of memory. "
+        "Limit is 500 GB, currently 400 GB allocated and workload requested 200 GB"
+    )
+    assert "Workload requested 6 CPU cores, but cpu-queue quota is 8 cores, while 4 cores are already " in (
+        non_preemptible_over_quota_message("cpu-queue", "cpu", 8_000, 4_000, 6_000)
+    )
+    assert "Workload requested 200 GB memory, but memory-queue quota is 100 GB, while 50 GB are already " in (
+        non_preemptible_over_quota_message("memory-queue", "memory", 100 * gb, 50 * gb, 200 * gb)
+    )
