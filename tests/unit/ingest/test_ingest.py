@@ -128,3 +128,15 @@ def test_in_flight_bind_request_places_the_pod():
     snap = snapshot_from_objects([p, pod("c"), request, failed], now=NOW).snapshot
     placed = {x.name: (x.node_name, x.gpu_groups) for x in snap.pods}
     assert placed == {"b": ("n1", ("g9",)), "c": (None, ())}
+
+
+def test_partition_keeps_one_node_pool():
+    config = {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig", "spec": {"partitionLabelValue": "a"}}
+    a_pod = pod("pa", labels={"kai.scheduler/node-pool": "a"})
+    b_pod = pod("pb", labels={"kai.scheduler/node-pool": "b"})
+    running_b = pod("rb", nodeName="nb")
+    snap = snapshot_from_objects([config, node("na", **{"kai.scheduler/node-pool": "a"}),
+                                  node("nb", **{"kai.scheduler/node-pool": "b"}), a_pod, b_pod, running_b], now=NOW).snapshot
+    assert [n.name for n in snap.nodes] == ["na"]
+    assert [p.name for p in snap.pods] == ["pa"]
+    assert [g.node_pool for g in snap.pod_groups] == ["a"]

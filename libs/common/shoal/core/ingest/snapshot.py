@@ -153,9 +153,11 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
         if group is not None:
             groups[key] = group
 
-    if settings.partition:
+    if settings.partition:  # one shard: its nodes, its pod groups, the pods on them or in them
         nodes = {k: n for k, n in nodes.items() if n.pool == settings.partition}
         groups = {k: g for k, g in groups.items() if g.node_pool == settings.partition}
+        pods = {k: p for k, p in pods.items()
+                if (p.node_name in nodes if p.node_name else f"{p.namespace}/{p.pod_group}" in groups)}
 
     snapshot = make_snapshot(nodes=nodes.values(), pods=pods.values(), pod_groups=groups.values(),
                              queues=queues.values(), priority_classes=classes.values(), config=shard,
