@@ -75,7 +75,9 @@ def apiserver(state: Path, pki: Pki, etcd_port: int, port: int) -> ProcessSpec:
             f"--service-account-signing-key-file={pki.sa_key}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
+            # TaintNodesByCondition would taint every new fake node not-ready:NoSchedule, and no node
+            # lifecycle controller (no kubelet) would ever lift it.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             # Shoal's admission service is a webhook; both webhook plugins are on by default, named to be sure.
             "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
             "--endpoint-reconciler-type=none",
