@@ -73,6 +73,7 @@ class NodeAgentApp:
         self.inventories: dict[str, GpuInventory] = dict(inventories or {})
         self.agents: dict[str, NodeAgent] = {}
         self.last_published: dict[str, float] = {}
+        self.devices_seen: dict[str, tuple[str, ...]] = {}  # pod uid → GPUs (real mode)
         self.ready = False
         self.config = AgentConfig(
             reservation_namespace=settings.reservation_namespace,
@@ -115,6 +116,23 @@ class NodeAgentApp:
                 inv.set_gpus(gpus)
         return inv
 
+    def observed_devices(self, pods: list[PodView]) -> dict[str, tuple[str, ...]]:
+        """Real mode: the GPUs the device plugin gave each GPU pod (NVIDIA_VISIBLE_DEVICES in its processes'
+        environment; hostPID). Cached per pod uid: a container's devices never change."""
+        wanted = [p for p in pods if p.active and (p.whole_gpus > 0 or (
+            is_reservation(p, self.config.reservation_namespace) and RESERVE_ANNOTATION not in p.annotations))]
+        missing = [p for p in wanted if p.uid not in self.devices_seen]
+        if missing:
+            by_pod = self.procfs.pids_by_pod()
+            for pod in missing:
+                devices = self.procfs.visible_devices_of_pod(pod.uid, by_pod.get(pod.uid, []))
+                if devices:
+                    self.devices_seen[pod.uid] = devices
+        live = {p.uid for p in pods}
+        for uid in [u for u in self.devices_seen if u not in live]:
+            del self.devices_seen[uid]
+        return {p.key: self.devices_seen[p.uid] for p in wanted if p.uid in self.devices_seen}
+
     # ----- one tick ------------------------------------------------------------------------------------
     async def tick(self, now: float) -> None:
         nodes = await self.nodes()
@@ -146,14 +164,7 @@ class NodeAgentApp:
                 ref = self.procfs.container_of(proc.pid)
                 if ref is not None:
                     refs[proc.pid] = ref
-            for pod in pods:
-                unannotated = is_reservation(pod, self.config.reservation_namespace) and (
-                    RESERVE_ANNOTATION not in pod.annotations)
-                needs = unannotated or pod.whole_gpus > 0
-                if pod.active and needs:
-                    devices = self.procfs.visible_devices_of_pod(pod.uid)
-                    if devices:
-                        observed[pod.key] = devices
+            observed = self.observed_devices(pods)
         pool = node.labels.get(self.settings.node_pool_label, "")
         result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool), refs=refs,
                             observed=observed)

@@ -173,8 +173,10 @@ def evaluate(
             usage = usage_of(share)
             if usage.used_mib >= share.mem_request_mib:
                 continue
-            growing = usage.used_mib > state.last_used.get(key, usage.used_mib) or bool(
-                last_pids[key] - state.last_pids.get(key, frozenset())
+            # growth is only judged against a previous sample: a restarted agent does not kill on its first tick
+            growing = key in state.last_pids and (
+                usage.used_mib > state.last_used.get(key, usage.used_mib)
+                or bool(last_pids[key] - state.last_pids[key])
             )
             since = state.needing_since.get(key)
             if growing:

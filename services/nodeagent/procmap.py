@@ -121,9 +121,18 @@ class ProcFs:
                 out.append(pid)
         return out
 
-    def visible_devices_of_pod(self, pod_uid: str) -> tuple[str, ...]:
+    def pids_by_pod(self) -> dict[str, list[int]]:
+        """Every pod's host pids, from one scan of /proc."""
+        out: dict[str, list[int]] = {}
+        for pid in self.pids():
+            ref = self.container_of(pid)
+            if ref is not None:
+                out.setdefault(ref.pod_uid, []).append(pid)
+        return out
+
+    def visible_devices_of_pod(self, pod_uid: str, pids: list[int] | None = None) -> tuple[str, ...]:
         """The GPU UUIDs given to a pod's containers, read from its processes' environment."""
-        for pid in self.pids_of_pod(pod_uid):
+        for pid in pids if pids is not None else self.pids_of_pod(pod_uid):
             try:
                 environ = (self.root / str(pid) / "environ").read_bytes()
             except (FileNotFoundError, ProcessLookupError, PermissionError):

@@ -112,3 +112,15 @@ def test_reclaim_victim_order_low_priority_first():
     s = run(b, base, PolicyState(), 0.0, cfg).state
     out = run(b, base + [(proc(3, 2000), "owner"), (proc(4, 1500), "owner")], s, 1.0, cfg)
     assert [(d.pid, d.pod_key) for d in out.decisions if isinstance(d, Kill)] == [(2, "ns/lo")]
+
+
+def test_restarted_agent_does_not_reclaim_on_its_first_sample():
+    owner = share("owner", 5000)
+    borrower = share("borrower", 1000, 10000)
+    b = GpuBinding(GPU, 10000, (owner, borrower))
+    procs = [(proc(1, 9000), "borrower"), (proc(2, 500), "owner")]
+    cfg = PolicyConfig(policy="enforce")
+    first = run(b, procs, PolicyState(), 0.0, cfg)
+    assert first.decisions == ()
+    grown = run(b, [(proc(1, 9000), "borrower"), (proc(2, 900), "owner")], first.state, 1.0, cfg)
+    assert [d.pid for d in grown.decisions if isinstance(d, Kill)] == [1]

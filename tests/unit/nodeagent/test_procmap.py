@@ -87,3 +87,12 @@ def test_killer_refuses_reused_pid(tmp_path):
         killer.kill(100, 554)  # pid 100 is now another process: never signalled
     with pytest.raises(NoSuchProcess):
         killer.kill(101, 1)
+
+
+def test_pids_by_pod_one_scan(tmp_path):
+    make_proc(tmp_path, 100, CASES[0][1], 1, b"NVIDIA_VISIBLE_DEVICES=GPU-a\0")
+    make_proc(tmp_path, 101, CASES[3][1], 2)
+    make_proc(tmp_path, 300, "0::/init.scope\n", 3)
+    fs = ProcFs(tmp_path)
+    assert fs.pids_by_pod() == {UID: [100, 101]}
+    assert fs.visible_devices_of_pod(UID, [101, 100]) == ("GPU-a",)
