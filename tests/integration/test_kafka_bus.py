@@ -242,3 +242,36 @@ async def test_permanent_handler_errors_are_dead_lettered_and_the_loop_goes_on(
     assert reasons == [b"handler_failed", b"handler_failed"]
     assert b"queue does not exist" in dict(dead[0].headers)["shoal-dlq-error"]
     assert b"KeyError" in dict(dead[1].headers)["shoal-dlq-error"]
+
+
+async def test_a_member_leaving_hands_its_partitions_over_without_loss_or_duplicates(
+        kafka: KafkaSettings, topic_prefix: str, group: str) -> None:
+    topic = f"{topic_prefix}pings.v1"
+    await ensure_topics(kafka, [topic], partitions=4)
+    handled: list[tuple[str, int]] = []
+
+    def slow(member: str) -> Callable[[Any, Delivery], Awaitable[None]]:
+        async def handle(message: Any, delivery: Delivery) -> None:
+            await asyncio.sleep(0.02)
+            handled.append((member, message.seq))
+        return handle
+
+    total = 200
+    async with Publisher(kafka) as bus:
+        for i in range(total):
+            await bus.publish(topic, Ping(id=f"r{i}", seq=i, shard=f"pool-{i % 8}"), key=f"pool-{i % 8}")
+        a = Consumer(kafka, [topic], group_id=group, message_type=Message, handler=slow("a"))
+        b = Consumer(kafka, [topic], group_id=group, message_type=Message, handler=slow("b"))
+        async with running(a):
+            await until(lambda: len(handled) >= 20)
+            async with running(b):  # joins: partitions are revoked from a and split between both
+                await until(lambda: any(m == "b" for m, _ in handled))
+                await until(lambda: len(handled) >= 120)
+            # b leaves mid-stream: its partitions go back to a, which finishes the rest
+            await until(lambda: len({seq for _, seq in handled}) == total, timeout=60)
+        await asyncio.sleep(0.5)
+
+    seqs = [seq for _, seq in handled]
+    assert sorted(set(seqs)) == list(range(total))  # nothing lost
+    assert len(seqs) == total  # and, with graceful hand-overs, nothing handled twice
+    assert {m for m, _ in handled} == {"a", "b"}

@@ -196,11 +196,13 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         async with self.consumer._lock:  # wait for the message in hand, then commit what is done
-            await self.consumer._commit({tp for tp in revoked})
+            self.consumer._owned -= set(revoked)  # fetched records of these are no longer ours to handle
+            await self.consumer._commit(set(revoked))
             log.info("kafka_partitions_revoked", group=self.consumer.group_id,
                      partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.consumer._owned = set(assigned)
         log.info("kafka_partitions_assigned", group=self.consumer.group_id,
                  partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
 
@@ -228,6 +230,7 @@ class Consumer(Generic[T]):
         self._own_dlq = dlq is None
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[TopicPartition, int] = {}
+        self._owned: set[TopicPartition] = set()
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()
@@ -310,7 +313,7 @@ class Consumer(Generic[T]):
             if self._stopping.is_set():
                 return False
             async with self._lock:
-                if tp not in self._consumer.assignment():
+                if tp not in self._owned:
                     return False  # revoked while we worked; the new owner continues from the commit
                 if not await self._handle(record):
                     self._consumer.seek(tp, record.offset)
