@@ -44,9 +44,8 @@ def trim(obj: Mapping) -> dict:
     elif kind == "Node":
         out["spec"] = {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)}
         out["status"] = {k: status[k] for k in ("allocatable", "capacity", "conditions") if status.get(k)}
-    else:
-        if spec:
-            out["spec"] = spec
+    else:  # everything but server-side bookkeeping (PriorityClass keeps `value` at the top level)
+        out.update({k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")})
         if kind == "PodGroup" and status:
             out["status"] = status
     return out

@@ -1,0 +1,47 @@
+"""Decisions in flight: binds the planner sent that the cluster does not show yet.
+
+One Redis hash per shard (`redis_keys.inflight`), one field per pod uid, the value a msgpack
+`InFlightBind`. The planner adds entries BEFORE it publishes a plan; the binder applies a bind only
+while its entry still names the same plan (the entry is the bind's lease) and removes it when the
+bind fails; the snapshotter removes entries the cluster shows done (pod bound or gone) or expired.
+Planners read the hash before the snapshot, so an entry removed by the snapshotter is always visible
+as a bound pod in the snapshot read next: nothing is double-booked, across restarts too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+from redis.asyncio import Redis
+
+from shoal.adapters import redis_keys
+from shoal.messages.snapshot import InFlightBind
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(InFlightBind)
+
+
+class InFlight:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def add(self, shard: str, entries: Iterable[InFlightBind]) -> None:
+        mapping = {e.pod_uid or e.pod: _encoder.encode(e) for e in entries}
+        if mapping:
+            await self._redis.hset(redis_keys.inflight(shard), mapping=mapping)
+
+    async def all(self, shard: str) -> list[InFlightBind]:
+        raw = await self._redis.hgetall(redis_keys.inflight(shard))
+        entries = [_decoder.decode(v) for v in raw.values()]
+        return sorted(entries, key=lambda e: e.pod)
+
+    async def get(self, shard: str, pod_uid: str) -> InFlightBind | None:
+        raw = await self._redis.hget(redis_keys.inflight(shard), pod_uid)
+        return _decoder.decode(raw) if raw is not None else None
+
+    async def remove(self, shard: str, pod_uids: Iterable[str]) -> int:
+        fields = list(pod_uids)
+        if not fields:
+            return 0
+        return int(await self._redis.hdel(redis_keys.inflight(shard), *fields))

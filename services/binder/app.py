@@ -1,0 +1,58 @@
+"""Wiring of the binder: plan consumer, Kubernetes client, Redis (in-flight leases, de-duplication), HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from aiohttp import web
+
+from services.binder.handlers import Binder
+from shoal.adapters import kube as k
+from shoal.adapters.http import Readiness, background, build_app
+from shoal.adapters.inflight import InFlight
+from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
+from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.messages import topics
+from shoal.messages.plan import PlanIssued
+from shoal.metrics import Metrics
+from shoal.settings import ServiceSettings
+
+
+class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
+    reservation_namespace: str = "kai-resource-reservation"
+    reservation_timeout_s: float = 40.0
+    eviction_mode: Literal["evict", "delete"] = "evict"
+    group_id: str = "shoal-binder"
+
+
+def build(settings: BinderSettings) -> web.Application:
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
+    prefix = settings.topic_prefix
+
+    async def wiring(app: web.Application) -> AsyncIterator[None]:
+        await ensure_topics(settings.kafka, [t.full(prefix) for t in topics.ALL],
+                            partitions=topics.PLANS.partitions)
+        redis = connect_redis(settings.redis)
+        api = await k.connect_kube(settings.kube)
+        readiness.add("redis", lambda: redis_ready(redis))
+        async with Publisher(settings.kafka) as bus:
+            readiness.add("kafka", bus.ready)
+            binder = Binder(kube=k.Kube(api, request_timeout_s=settings.kube.request_timeout_s),
+                            inflight=InFlight(redis), redis=redis, bus=bus, metrics=metrics, topic_prefix=prefix,
+                            reservation_namespace=settings.reservation_namespace,
+                            reservation_timeout_s=settings.reservation_timeout_s,
+                            eviction_mode=settings.eviction_mode)
+            consumer = Consumer(settings.kafka, [topics.PLANS.full(prefix)], group_id=prefix + settings.group_id,
+                                message_type=PlanIssued, handler=binder.on_plan, metrics=metrics)
+            app["consumer"] = consumer
+            async with consumer:
+                readiness.add("consumer", consumer.ready)
+                yield
+        await api.close()
+        await redis.aclose()
+
+    app.cleanup_ctx.append(wiring)
+    app.cleanup_ctx.append(background("binder", lambda app: app["consumer"].run()))
+    return app

@@ -1,0 +1,289 @@
+"""Plan → Kubernetes API calls, idempotently: a replayed plan never binds twice and never creates a
+second reservation pod for one shared GPU.
+
+Binds are guarded by their in-flight entry (the planner's lease for that pod): a bind whose entry is
+gone or names another plan is stale and skipped. A bind that fails removes its entry, so the pod is
+planned again. Evictions go through the Eviction API (PDBs respected) unless eviction_mode=delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from services.binder import kubeobjects as ko
+from shoal.adapters import kube as k
+from shoal.adapters import redis_keys
+from shoal.adapters.inflight import InFlight
+from shoal.adapters.kafka import Delivery, Publisher
+from shoal.core.plan import (
+    Annotate,
+    Bind,
+    ClearCondition,
+    Evict,
+    Pipeline,
+    PodEvent,
+    PodGroupEvent,
+    Reserve,
+    SetCondition,
+)
+from shoal.errors import ConflictError, NotFoundError, PermanentError, TransientError
+from shoal.logging import get_logger
+from shoal.messages import topics
+from shoal.messages.base import new_meta
+from shoal.messages.decisions import decision
+from shoal.messages.plan import BindResult, PlanIssued
+from shoal.metrics import Metrics
+
+log = get_logger("services.binder")
+
+CORE_EVENTS = k.Resource("", "v1", "events", "Event")
+
+
+@dataclass
+class Binder:
+    kube: k.Kube
+    inflight: InFlight
+    redis: object
+    bus: Publisher
+    metrics: Metrics
+    topic_prefix: str = ""
+    reservation_namespace: str = "kai-resource-reservation"
+    reservation_timeout_s: float = 40.0
+    eviction_mode: str = "evict"  # evict (Eviction API, PDBs respected) | delete (KAI's behaviour)
+    event_dedupe_s: float = 60.0
+    seen_ttl_s: int = 3600
+    _events: dict[tuple, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        m = self.metrics
+        self._binds = m.counter("binder_binds_total", "Bind attempts by outcome.", ["outcome"])
+        self._evictions = m.counter("binder_evictions_total", "Evictions by outcome.", ["action", "outcome"])
+        self._reservations = m.counter("binder_reservation_pods_created_total", "Reservation pods created.")
+        self._bind_latency = m.histogram("binder_bind_seconds", "One bind: reservation wait included.")
+
+    # ---- plan ------------------------------------------------------------------------------------
+    async def on_plan(self, plan: PlanIssued, delivery: Delivery) -> None:
+        seen = redis_keys.seen("binder", plan.plan_id)
+        if await self.redis.exists(seen):
+            return
+        for op in plan.ops:
+            await self.apply(plan, op)
+        await self.redis.set(seen, b"1", ex=self.seen_ttl_s)
+
+    async def apply(self, plan: PlanIssued, op) -> None:
+        if isinstance(op, Bind):
+            await self.bind(plan, op)
+        elif isinstance(op, Reserve):
+            await self.ensure_reservation(op.node, op.gpu_group)
+        elif isinstance(op, Pipeline):
+            await self.event("Pod", op.pod, "Pipelined", f"Pod {op.pod} was pipelined to node {op.node}", "Normal")
+        elif isinstance(op, Evict):
+            await self.evict(plan, op)
+        elif isinstance(op, SetCondition):
+            await self.set_condition(op)
+        elif isinstance(op, ClearCondition):
+            await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": []}}, status=True)
+        elif isinstance(op, Annotate):
+            await self.patch_podgroup(op.pod_group, {"metadata": {"annotations": {op.key: op.value}}})
+        elif isinstance(op, PodGroupEvent):
+            await self.event("PodGroup", op.pod_group, op.reason, op.message, op.type)
+        elif isinstance(op, PodEvent):
+            await self.event("Pod", op.pod, op.reason, op.message, op.type)
+            if op.reason == "Unschedulable":
+                await self.pod_unschedulable(op.pod, op.message)
+
+    # ---- binds -----------------------------------------------------------------------------------
+    async def bind(self, plan: PlanIssued, op: Bind) -> None:
+        entry = await self.inflight.get(plan.shard, op.pod_uid)
+        if entry is None or entry.plan_id != plan.plan_id:
+            log.info("bind_skipped_stale", pod=op.pod, plan_id=plan.plan_id,
+                     lease=entry.plan_id if entry else None)
+            return
+        started = time.perf_counter()
+        namespace, name = ko.split(op.pod)
+        try:
+            if op.gpu_groups:
+                await self.prepare_fraction(op)
+            await self.kube.create(k.PODS, ko.binding(op.pod, op.node), namespace=namespace, name=name,
+                                   subresource="binding")
+        except ConflictError:
+            current = await self._get(k.PODS, op.pod)
+            if current is not None and (current.get("spec") or {}).get("nodeName") == op.node:
+                await self._bound(plan, op, started)  # a replay of a bind that already happened
+                return
+            await self._bind_failed(plan, op, "pod is already bound to another node or was replaced")
+            return
+        except (PermanentError, TransientError, TimeoutError) as exc:
+            await self._bind_failed(plan, op, str(exc) or type(exc).__name__)
+            return
+        await self._bound(plan, op, started)
+
+    async def _bound(self, plan: PlanIssued, op: Bind, started: float) -> None:
+        self._binds.labels("bound").inc()
+        self._bind_latency.observe(time.perf_counter() - started)
+        pool = plan.shard
+        await self.event("Pod", op.pod, "Scheduled",
+                         f"Successfully assigned pod {op.pod} to node {op.node} at node-pool {pool}", "Normal")
+        await self._result(plan, op, ok=True)
+        await self._decision("bound", plan, op.pod, {"node": op.node, "podGroup": op.pod_group})
+        if op.gpu_groups:
+            await self._decision("gpu-shared", plan, op.pod, {"node": op.node, "gpuGroups": list(op.gpu_groups),
+                                                              "fraction": op.fraction})
+
+    async def _bind_failed(self, plan: PlanIssued, op: Bind, error: str) -> None:
+        self._binds.labels("failed").inc()
+        log.warning("bind_failed", pod=op.pod, node=op.node, error=error)
+        await self.inflight.remove(plan.shard, [op.pod_uid])
+        await self.event("Pod", op.pod, "BindingError", f"Failed to bind pod {op.pod} to node {op.node}: {error}",
+                         "Warning")
+        await self._result(plan, op, ok=False, error=error)
+        await self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error})
+
+    # ---- shared GPUs -----------------------------------------------------------------------------
+    async def prepare_fraction(self, op: Bind) -> None:
+        """Reservation pod per group (created once), then the pod's labels, annotation and GPU ConfigMap."""
+        uuids = [await self.ensure_reservation(op.node, group, wait=True) for group in op.gpu_groups]
+        pod = await self._get(k.PODS, op.pod)
+        if pod is None:
+            raise NotFoundError(f"pod {op.pod} is gone")
+        namespace, name = ko.split(op.pod)
+        await self._apply_configmap(ko.fraction_configmap(pod, uuids, op.fraction or ""))
+        await self.kube.patch(k.PODS, name, {"metadata": {
+            "labels": ko.gpu_group_labels(op.gpu_groups),
+            "annotations": {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type}}}, namespace=namespace)
+
+    async def ensure_reservation(self, node: str, group: str, *, wait: bool = False) -> str:
+        name = ko.reservation_name(node, group)
+        ns = self.reservation_namespace
+        try:
+            await self.kube.create(k.PODS, ko.reservation_pod(node, group, ns), namespace=ns)
+            self._reservations.inc()
+            log.info("reservation_pod_created", node=node, gpu_group=group, pod=f"{ns}/{name}")
+        except ConflictError:
+            pass  # it exists: one reservation pod per shared GPU, whatever the replays
+        if not wait:
+            return ""
+        deadline = time.monotonic() + self.reservation_timeout_s
+        while True:
+            pod = await self._get(k.PODS, f"{ns}/{name}")
+            uuid = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ko.RESERVE_ANNOTATION)
+            if uuid:
+                return uuid
+            if time.monotonic() >= deadline:
+                await self._delete_quietly(f"{ns}/{name}")
+                raise TimeoutError("Reached timeout while waiting for GPU reservation pod to be allocated "
+                                   f"({ns}/{name} on node {node})")
+            await asyncio.sleep(0.2)
+
+    async def _apply_configmap(self, cm: dict) -> None:
+        meta = cm["metadata"]
+        try:
+            await self.kube.create(k.CONFIGMAPS, cm, namespace=meta["namespace"])
+        except ConflictError:
+            await self.kube.patch(k.CONFIGMAPS, meta["name"], {"data": cm["data"]}, namespace=meta["namespace"])
+
+    # ---- evictions -------------------------------------------------------------------------------
+    async def evict(self, plan: PlanIssued, op: Evict) -> None:
+        namespace, name = ko.split(op.pod)
+        try:
+            if self.eviction_mode == "delete":
+                await self.kube.delete(k.PODS, name, namespace=namespace)
+            else:
+                await self.kube.create(k.PODS, ko.eviction(op.pod), namespace=namespace, name=name,
+                                       subresource="eviction", idempotent=True)
+        except NotFoundError:
+            self._evictions.labels(op.action, "gone").inc()
+            return
+        except TransientError as exc:
+            # 429 from the Eviction API: a PodDisruptionBudget blocks it; the next cycle searches again
+            self._evictions.labels(op.action, "blocked").inc()
+            log.warning("eviction_blocked", pod=op.pod, action=op.action, error=str(exc))
+            return
+        self._evictions.labels(op.action, "evicted").inc()
+        by_ns, by_name = ko.split(op.by)
+        if op.pod_group:
+            await self.event("PodGroup", op.pod_group, "Evict", op.message, "Normal", annotations={
+                "num-evicted-pods": "1", "evictor-action-type": op.action,
+                "evictor-pod-group-name": by_name, "evictor-pod-group-namespace": by_ns})
+
+    # ---- status ----------------------------------------------------------------------------------
+    async def set_condition(self, op: SetCondition) -> None:
+        current = await self._get(k.PODGROUPS, op.pod_group)
+        if current is None:
+            log.info("podgroup_missing_for_condition", pod_group=op.pod_group, reason=op.reason)
+            return
+        existing = (current.get("status") or {}).get("schedulingConditions") or []
+        if existing and existing[0].get("message") == op.message:
+            return  # unchanged: keep its transition time
+        transition = str(int(existing[0].get("transitionID", "0")) + 1) if existing else "0"
+        condition = ko.scheduling_condition(op, transition, ko.utc_now())
+        await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": [condition]}}, status=True)
+
+    async def pod_unschedulable(self, pod: str, message: str) -> None:
+        namespace, name = ko.split(pod)
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastTransitionTime": ko.utc_now()}
+        current = await self._get(k.PODS, pod)
+        if current is None:
+            return
+        for c in (current.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("message") == message:
+                return
+        await self._quietly(self.kube.patch(k.PODS, name, {"status": {"conditions": [condition]}},
+                                            namespace=namespace, subresource="status",
+                                            content_type="application/strategic-merge-patch+json"))
+
+    async def patch_podgroup(self, key: str, body: dict, *, status: bool = False) -> None:
+        namespace, name = ko.split(key)
+        await self._quietly(self.kube.patch(k.PODGROUPS, name, body, namespace=namespace,
+                                            subresource="status" if status else None))
+
+    # ---- events, results -------------------------------------------------------------------------
+    async def event(self, kind: str, key: str, reason: str, message: str, event_type: str, *,
+                    annotations: dict | None = None) -> None:
+        now = time.monotonic()
+        dedupe = (kind, key, reason, message)
+        if annotations is None and now - self._events.get(dedupe, -1e9) < self.event_dedupe_s:
+            return
+        self._events[dedupe] = now
+        if len(self._events) > 50_000:
+            self._events = {d: t for d, t in self._events.items() if now - t < self.event_dedupe_s}
+        resource = k.PODS if kind == "Pod" else k.PODGROUPS
+        obj = await self._get(resource, key)
+        if obj is None:
+            return
+        namespace, name = ko.split(key)
+        api_version = "v1" if kind == "Pod" else "scheduling.run.ai/v2alpha2"
+        body = ko.core_event(kind, namespace, name, obj["metadata"].get("uid", ""), reason, message, event_type,
+                             api_version=api_version, annotations=annotations)
+        await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace))
+
+    async def _result(self, plan: PlanIssued, op: Bind, *, ok: bool, error: str = "") -> None:
+        result = BindResult(meta=new_meta("binder", revision=plan.revision), shard=plan.shard,
+                            plan_id=plan.plan_id, pod=op.pod, node=op.node, ok=ok, error=error)
+        await self.bus.publish(topics.BIND_RESULTS.full(self.topic_prefix), result, key=plan.shard)
+
+    async def _decision(self, kind: str, plan: PlanIssued, subject: str, data: dict) -> None:
+        event = decision(kind, source=f"shoal/binder/{plan.shard}", subject=subject, shard=plan.shard,
+                         plan_id=plan.plan_id, revision=plan.revision, data=data)
+        await self.bus.publish(topics.DECISIONS.full(self.topic_prefix), event, key=plan.shard)
+
+    async def _get(self, resource: k.Resource, key: str) -> dict | None:
+        namespace, name = ko.split(key)
+        try:
+            return await self.kube.get(resource, name, namespace=namespace or None)
+        except NotFoundError:
+            return None
+
+    async def _delete_quietly(self, key: str) -> None:
+        namespace, name = ko.split(key)
+        await self._quietly(self.kube.delete(k.PODS, name, namespace=namespace, body={"gracePeriodSeconds": 0}))
+
+    async def _quietly(self, call) -> None:
+        """Status and event writes must not fail a plan: a gone object or a rejected patch is logged."""
+        try:
+            await call
+        except (NotFoundError, PermanentError, ConflictError) as exc:
+            log.info("status_write_skipped", error=str(exc))

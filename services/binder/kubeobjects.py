@@ -1,0 +1,129 @@
+"""Pure builders of the Kubernetes objects and patches the binder writes (KAI's shapes and names)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from shoal.core.plan import SetCondition
+
+GPU_GROUP_LABEL = "runai-gpu-group"
+RESERVE_ANNOTATION = "run.ai/reserve_for_gpu_index"
+RECEIVED_TYPE_ANNOTATION = "received-resource-type"
+SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
+RESERVATION_APP = "kai-resource-reservation"
+COMPONENT = "shoal-scheduler"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+def binding(pod: str, node: str) -> dict:
+    namespace, name = split(pod)
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+def eviction(pod: str) -> dict:
+    namespace, name = split(pod)
+    return {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+
+
+def reservation_name(node: str, group: str) -> str:
+    """Deterministic, as KAI since v0.16: one name per (node, group), so a replayed plan finds the pod."""
+    return "gpu-reservation-" + hashlib.sha256(f"{node}/{group}".encode()).hexdigest()[:16]
+
+
+def reservation_pod(node: str, group: str, namespace: str, *, tolerations: list | None = None,
+                    service_account: str = "", image: str = "registry.k8s.io/pause:3.10") -> dict:
+    spec = {
+        "nodeName": node,
+        "containers": [{"name": "reservation", "image": image,
+                        "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
+        "terminationGracePeriodSeconds": 0,
+        "tolerations": tolerations or [],
+    }
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": reservation_name(node, group), "namespace": namespace,
+                         "labels": {"app": RESERVATION_APP, GPU_GROUP_LABEL: group},
+                         "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+            "spec": spec}
+
+
+def gpu_group_labels(groups: tuple[str, ...]) -> dict[str, str]:
+    """KAI: one group → `runai-gpu-group=<g>`; several → `runai-gpu-group/<g>=<g>` each."""
+    if len(groups) == 1:
+        return {GPU_GROUP_LABEL: groups[0]}
+    return {f"{GPU_GROUP_LABEL}/{g}": g for g in groups}
+
+
+def fraction_configmap(pod: dict, uuids: list[str], portion: str) -> dict:
+    """The pod's GPU env as a ConfigMap owned by the pod: NVIDIA_VISIBLE_DEVICES and GPU_PORTION."""
+    meta = pod["metadata"]
+    name = (meta.get("annotations") or {}).get(SHARED_CONFIGMAP_ANNOTATION) or f"{meta['name']}-shared-gpu"
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-0", "namespace": meta["namespace"],
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                              "uid": meta["uid"]}]},
+            "data": {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "GPU_PORTION": portion,
+                     "RUNAI_NUM_OF_GPUS": portion}}
+
+
+def scheduling_condition(op: SetCondition, transition_id: str, now: str) -> dict:
+    reasons = []
+    for r in op.reasons or ():
+        item: dict = {"reason": r.reason, "message": r.message}
+        if r.details is not None:
+            d = r.details
+            item["details"] = {"queueDetails": {
+                "name": d.name,
+                "queueRequestedResources": _resources(d.requested),
+                "queueDeservedResources": _resources(d.deserved),
+                "queueAllocatedResources": _resources(d.allocated),
+                "queueAllocatedNonPreemptibleResources": _resources(d.allocated_non_preemptible),
+                "queueResourceLimits": _resources(d.limit),
+                "podGroupRequestedResources": _resources(d.pod_group_requested),
+                "podGroupRequestedNonPreemptibleResources": _resources(d.pod_group_requested_non_preemptible),
+            }}
+        reasons.append(item)
+    if not reasons:
+        reasons = [{"reason": op.reason, "message": op.message}]
+    return {"type": "UnschedulableOnNodePool", "nodePool": op.node_pool or "default", "reason": "Unschedulable",
+            "message": op.message, "reasons": reasons, "status": "True", "transitionID": transition_id,
+            "lastTransitionTime": now}
+
+
+def _resources(vec: tuple[int, int, int]) -> dict[str, str]:
+    cpu, memory, gpu = vec
+    out = {"cpu": f"{cpu}m" if cpu >= 0 else "-1", "memory": str(memory)}
+    out["nvidia.com/gpu"] = _gpus(gpu)
+    return out
+
+
+def _gpus(milli: int) -> str:
+    if milli < 0:
+        return "-1"
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli / 1000:g}"
+
+
+def core_event(kind: str, namespace: str, name: str, uid: str, reason: str, message: str, event_type: str,
+               *, api_version: str = "v1", annotations: dict | None = None, now: str | None = None) -> dict:
+    now = now or utc_now()
+    digest = hashlib.sha256(f"{kind}/{namespace}/{name}/{reason}/{message}/{now}".encode()).hexdigest()[:10]
+    meta: dict = {"name": f"{name[:200]}.{digest}", "namespace": namespace}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Event", "metadata": meta,
+            "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name, "namespace": namespace,
+                               "uid": uid},
+            "reason": reason, "message": message[:1024], "type": event_type,
+            "source": {"component": COMPONENT}, "reportingComponent": COMPONENT, "reportingInstance": COMPONENT,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1}

@@ -1,0 +1,51 @@
+"""Wiring of the fairshare service: snapshot announcements in, fair-share figures to Redis and Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from services.fairshare.handlers import FairShare
+from shoal.adapters import redis_keys
+from shoal.adapters.http import Readiness, background, build_app
+from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
+from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.messages import topics
+from shoal.messages.plan import FairShareComputed
+from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.metrics import Metrics
+from shoal.settings import ServiceSettings
+
+
+class FairShareSettings(ServiceSettings, frozen=True, kw_only=True):
+    group_id: str = "shoal-fairshare"
+
+
+def build(settings: FairShareSettings) -> web.Application:
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
+    prefix = settings.topic_prefix
+
+    async def wiring(app: web.Application) -> AsyncIterator[None]:
+        await ensure_topics(settings.kafka, [t.full(prefix) for t in topics.ALL],
+                            partitions=topics.SNAPSHOTS.partitions)
+        redis = connect_redis(settings.redis)
+        readiness.add("redis", lambda: redis_ready(redis))
+        async with Publisher(settings.kafka) as bus:
+            readiness.add("kafka", bus.ready)
+            service = FairShare(store=SnapshotStore(redis, ClusterSnapshot),
+                                results=LatestValue(redis, redis_keys.fair_share, FairShareComputed),
+                                bus=bus, metrics=metrics, topic_prefix=prefix)
+            consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
+                                message_type=SnapshotPublished, handler=service.on_snapshot, metrics=metrics)
+            app["consumer"] = consumer
+            async with consumer:
+                readiness.add("consumer", consumer.ready)
+                yield
+        await redis.aclose()
+
+    app.cleanup_ctx.append(wiring)
+    app.cleanup_ctx.append(background("fairshare", lambda app: app["consumer"].run()))
+    return app

@@ -1,0 +1,61 @@
+"""Wiring of the planner: Kafka consumer on snapshot announcements, Redis stores, publisher, HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from services.planner.handlers import Planner, load_config_doc
+from shoal.adapters import redis_keys
+from shoal.adapters.http import Readiness, background, build_app
+from shoal.adapters.inflight import InFlight
+from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
+from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.messages import topics
+from shoal.messages.plan import FairShareComputed
+from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.metrics import Metrics
+from shoal.settings import ServiceSettings
+
+
+class PlannerSettings(ServiceSettings, frozen=True, kw_only=True):
+    shards: tuple[str, ...] = ()  # empty: every shard whose partition this instance is given
+    inflight_ttl_s: float = 60.0
+    fairshare_stale_revisions: int = 5
+    scheduler_config: str | None = None  # path of a SchedulerConfig YAML document
+    group_id: str = "shoal-planner"
+
+
+def build(settings: PlannerSettings) -> web.Application:
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
+    prefix = settings.topic_prefix
+
+    async def wiring(app: web.Application) -> AsyncIterator[None]:
+        await ensure_topics(settings.kafka, [t.full(prefix) for t in topics.ALL],
+                            partitions=topics.SNAPSHOTS.partitions)
+        redis = connect_redis(settings.redis)
+        readiness.add("redis", lambda: redis_ready(redis))
+        async with Publisher(settings.kafka) as bus:
+            readiness.add("kafka", bus.ready)
+            planner = Planner(
+                shard_filter=frozenset(settings.shards),
+                store=SnapshotStore(redis, ClusterSnapshot),
+                fair_shares=LatestValue(redis, redis_keys.fair_share, FairShareComputed),
+                inflight=InFlight(redis), bus=bus, metrics=metrics, topic_prefix=prefix,
+                inflight_ttl_s=settings.inflight_ttl_s,
+                fairshare_stale_revisions=settings.fairshare_stale_revisions,
+                config_doc=load_config_doc(settings.scheduler_config))
+            consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
+                                message_type=SnapshotPublished, handler=planner.on_snapshot, metrics=metrics)
+            app["consumer"] = consumer
+            async with consumer:
+                readiness.add("consumer", consumer.ready)
+                yield
+        await redis.aclose()
+
+    app.cleanup_ctx.append(wiring)
+    app.cleanup_ctx.append(background("planner", lambda app: app["consumer"].run()))
+    return app

@@ -1,0 +1,109 @@
+"""Snapshot announcement → plan: read in-flight binds, then the latest snapshot, run the core, publish.
+
+Ownership: snapshots are keyed by shard, so the consumer group gives each shard's partition to one
+planner at a time. In-flight binds are read BEFORE the snapshot (see shoal.adapters.inflight).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from services.planner.translate import decisions, inflight_entries, overlay_inflight
+from shoal.adapters.inflight import InFlight
+from shoal.adapters.kafka import Delivery, Publisher
+from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.core.cycle import run_cycle
+from shoal.core.ingest import snapshot_from_objects
+from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
+from shoal.logging import get_logger
+from shoal.messages import topics
+from shoal.messages.base import new_meta
+from shoal.messages.plan import FairShareComputed, PlanIssued
+from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.metrics import Metrics
+
+log = get_logger("services.planner")
+
+
+@dataclass
+class Planner:
+    shard_filter: frozenset[str]
+    store: SnapshotStore[ClusterSnapshot]
+    fair_shares: LatestValue[FairShareComputed]
+    inflight: InFlight
+    bus: Publisher
+    metrics: Metrics
+    topic_prefix: str = ""
+    inflight_ttl_s: float = 60.0
+    fairshare_stale_revisions: int = 5
+    config_doc: dict | None = None
+    last_planned: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        m = self.metrics
+        self._plans = m.counter("planner_plans_total", "Plans published.", ["shard"])
+        self._ops = m.counter("planner_ops_total", "Plan operations published.", ["shard", "op"])
+        self._cycle = m.histogram("planner_cycle_seconds", "Snapshot read to plan published.", ["shard"])
+        self._stale = m.gauge("planner_fairshare_lag_revisions",
+                              "Snapshot revisions the fairshare service is behind the planner.", ["shard"])
+        self._problems = m.counter("planner_ingest_problems_total", "Objects left out of a snapshot.", ["shard"])
+
+    async def on_snapshot(self, message: SnapshotPublished, delivery: Delivery) -> None:
+        shard = message.shard
+        if self.shard_filter and shard not in self.shard_filter:
+            return
+        if message.revision <= self.last_planned.get(shard, -1):
+            return  # a duplicate or an old announcement: a newer revision was planned already
+        started = time.perf_counter()
+        inflight = await self.inflight.all(shard)  # before the snapshot, never after
+        latest = await self.store.latest(shard)
+        if latest is None or latest.revision <= self.last_planned.get(shard, -1):
+            return
+        snap = latest.value
+        objects = overlay_inflight(snap.objects, inflight, time.time())
+        result = snapshot_from_objects(objects, now=snap.taken_at, revision=latest.revision,
+                                       config_doc=self.config_doc)
+        for problem in result.problems:
+            self._problems.labels(shard).inc()
+            log.warning("snapshot_object_skipped", shard=shard, index=problem.index, field=problem.field,
+                        problem=problem.message)
+        await self._check_fairshare(shard, latest.revision)
+        plan = run_cycle(result.snapshot)
+        await self.inflight.add(shard, inflight_entries(plan, now_s=time.time(), ttl_s=self.inflight_ttl_s))
+        issued = PlanIssued(meta=new_meta("planner", revision=latest.revision, id=plan.plan_id), shard=shard,
+                            plan_id=plan.plan_id, revision=latest.revision, ops=plan.ops, queues=plan.queues)
+        await self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard)
+        for event in decisions(plan, shard):
+            await self.bus.publish(topics.DECISIONS.full(self.topic_prefix), event, key=shard)
+        self.last_planned[shard] = latest.revision
+        self._plans.labels(shard).inc()
+        for kind in (Bind, Pipeline, Evict, SetCondition):
+            count = len(plan.of(kind))
+            if count:
+                self._ops.labels(shard, kind.__name__).inc(count)
+        self._cycle.labels(shard).observe(time.perf_counter() - started)
+        log.info("plan_published", shard=shard, revision=latest.revision, plan_id=plan.plan_id,
+                 binds=len(plan.of(Bind)), pipelined=len(plan.of(Pipeline)), evictions=len(plan.of(Evict)),
+                 unschedulable=len(plan.of(SetCondition)), inflight=len(inflight))
+
+    async def _check_fairshare(self, shard: str, revision: int) -> None:
+        """The core divides fair share itself each cycle; the fairshare service's figures are the published
+        view (metrics, status, explain). Report when that view falls behind, so operators see it."""
+        current = await self.fair_shares.get(shard)
+        lag = revision - current.revision if current is not None else revision
+        self._stale.labels(shard).set(lag)
+        if lag > self.fairshare_stale_revisions:
+            log.warning("fairshare_stale", shard=shard, revision=revision,
+                        fairshare_revision=current.revision if current else None, lag=lag)
+
+
+def load_config_doc(path: str | None) -> dict | None:
+    """The SchedulerConfig document (apiVersion shoal.io/v1alpha1) for the planner's shard, if given."""
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        doc = yaml.safe_load(handle)
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,63 @@
+"""Wiring of the snapshotter: watches, Redis store, Kafka publisher, HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from services.snapshotter.handlers import Snapshotter
+from services.snapshotter.mirror import Mirror
+from shoal.adapters import kube as k
+from shoal.adapters.http import Readiness, background, build_app
+from shoal.adapters.inflight import InFlight
+from shoal.adapters.kafka import Publisher, ensure_topics
+from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.adapters.snapshot_store import SnapshotStore
+from shoal.messages import topics
+from shoal.messages.snapshot import ClusterSnapshot
+from shoal.metrics import Metrics
+from shoal.settings import ServiceSettings
+
+WATCHED = (k.NODES, k.PODS, k.QUEUES, k.PODGROUPS, k.PRIORITY_CLASSES, k.TOPOLOGIES, k.PDBS)
+
+
+class SnapshotterSettings(ServiceSettings, frozen=True, kw_only=True):
+    scheduler_name: str = "shoal-scheduler"
+    shards: tuple[str, ...] = ()  # always publish these; shards with nodes are found by themselves
+    period_s: float = 1.0
+    heartbeat_s: float = 10.0
+
+
+def build(settings: SnapshotterSettings) -> web.Application:
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
+    prefix = settings.topic_prefix
+
+    async def wiring(app: web.Application) -> AsyncIterator[None]:
+        await ensure_topics(settings.kafka, [t.full(prefix) for t in topics.ALL],
+                            partitions=topics.SNAPSHOTS.partitions)
+        redis = connect_redis(settings.redis)
+        api = await k.connect_kube(settings.kube)
+        kube = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
+        readiness.add("redis", lambda: redis_ready(redis))
+        async with Publisher(settings.kafka) as bus:
+            readiness.add("kafka", bus.ready)
+            holder: dict = {}
+            mirror = Mirror(kube, WATCHED, lambda: holder["s"].mark_dirty(),
+                            watch_timeout_s=settings.kube.watch_timeout_s)
+            holder["s"] = app["snapshotter"] = Snapshotter(
+                mirror=mirror, store=SnapshotStore(redis, ClusterSnapshot, retain_s=settings.redis.snapshot_retain_s),
+                inflight=InFlight(redis), bus=bus, metrics=metrics, scheduler_name=settings.scheduler_name,
+                shards=settings.shards, period_s=settings.period_s, heartbeat_s=settings.heartbeat_s,
+                topic_prefix=prefix)
+            app["mirror"] = mirror
+            readiness.add("synced", mirror.synced)
+            yield
+        await api.close()
+        await redis.aclose()
+
+    app.cleanup_ctx.append(wiring)
+    app.cleanup_ctx.append(background("watches", lambda app: app["mirror"].run()))
+    app.cleanup_ctx.append(background("snapshots", lambda app: app["snapshotter"].run()))
+    return app

@@ -1,0 +1,43 @@
+"""Helpers for the end-to-end tests (imported by test modules as `e2e_helpers`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, timeout_s: float = 60.0, interval_s: float = 0.3,
+                     what: str = "condition") -> Any:
+    """Poll `check` until it returns a truthy value; fail with `what` after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last value: {last!r}")
+
+
+async def decisions(bootstrap: str, topic: str, *, timeout_s: float = 5.0) -> list[dict]:
+    """Every event on the decision topic so far (read from the beginning)."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    out: list[dict] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            if not batch and out:
+                break
+            for records in batch.values():
+                out.extend(json.loads(r.value) for r in records)
+    finally:
+        await consumer.stop()
+    return out
