@@ -12,6 +12,7 @@ import pytest_asyncio
 from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
+from shoal.adapters.dedup import SeenIds
 from shoal.adapters.redis_client import connect_redis, redis_ready
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore, Versioned
 from shoal.settings import RedisSettings
@@ -137,3 +138,14 @@ async def test_latest_value_only_moves_forward(redis: Redis, node_pool: str) -> 
     results = await asyncio.gather(*(shares.put(node_pool, r, Shares({"r": r})) for r in order))
     assert results[order.index(59)] is True  # the newest always wins, whatever the arrival order
     assert (await shares.get(node_pool)) == Versioned(59, Shares({"r": 59}))
+
+
+async def test_seen_ids_remember_handled_messages_until_they_expire(redis: Redis, node_pool: str) -> None:
+    seen = SeenIds(redis, consumer=f"binder-{node_pool}", ttl_s=0.5)
+    assert not await seen.contains("m1")
+    await seen.mark("m1")
+    assert await seen.contains("m1")
+    assert await seen.mark_if_new("m2")
+    assert not await seen.mark_if_new("m2")
+    await asyncio.sleep(0.8)
+    assert not await seen.contains("m1") and await seen.mark_if_new("m2")

@@ -12,6 +12,7 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -20,7 +21,10 @@ from redis.exceptions import RedisError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shoal.errors import PermanentError, ShoalError, TransientError
+from shoal.retry import RetryPolicy, retry_transient
 from shoal.settings import RedisSettings
+
+REDIS_RETRY = RetryPolicy(attempts=4, initial_s=0.05, max_backoff_s=1.0, max_elapsed_s=10.0)
 
 
 def connect_redis(settings: RedisSettings) -> Redis:
@@ -56,3 +60,15 @@ async def redis_ready(redis: Redis) -> bool:
         return bool(await redis.ping())
     except (RedisError, OSError):
         return False
+
+
+async def redis_call(what: str, operation: Callable[[], Awaitable[Any]]) -> Any:
+    """Run an idempotent Redis operation with Shoal's error mapping, retrying transient failures."""
+
+    async def mapped() -> Any:
+        try:
+            return await operation()
+        except (RedisError, OSError) as exc:
+            raise redis_error(exc) from exc
+
+    return await retry_transient(mapped, policy=REDIS_RETRY, what=what)

@@ -21,40 +21,26 @@ Latest values (one per shard, revision never goes backwards; e.g. fair share)::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, WatchError
+from redis.exceptions import WatchError
 
 from shoal.adapters import redis_keys
 from shoal.errors import ConflictError, TransientError
-from shoal.retry import RetryPolicy, retry_transient
 
-from .redis_client import redis_error
+from .redis_client import redis_call
 
 T = TypeVar("T")
 
-REDIS_RETRY = RetryPolicy(attempts=4, initial_s=0.05, max_backoff_s=1.0, max_elapsed_s=10.0)
 _encoder = msgspec.msgpack.Encoder()
 
 
 class Versioned(msgspec.Struct, Generic[T], frozen=True):
     revision: int
     value: T
-
-
-async def _call(what: str, operation: Callable[[], Awaitable[Any]]) -> Any:
-    """Run a Redis operation with Shoal's error mapping, retrying transient failures."""
-
-    async def mapped() -> Any:
-        try:
-            return await operation()
-        except (RedisError, OSError) as exc:
-            raise redis_error(exc) from exc
-
-    return await retry_transient(mapped, policy=REDIS_RETRY, what=what)
 
 
 class SnapshotStore(Generic[T]):
@@ -75,7 +61,7 @@ class SnapshotStore(Generic[T]):
     async def publish_encoded(self, shard: str, revision: int, blob: bytes) -> bool:
         if revision < 0:
             raise ValueError(f"revision must be >= 0, got {revision}")
-        return bool(await _call("snapshot_publish", lambda: self._compare_and_set(shard, revision, blob)))
+        return bool(await redis_call("snapshot_publish", lambda: self._compare_and_set(shard, revision, blob)))
 
     async def _compare_and_set(self, shard: str, revision: int, blob: bytes) -> bool:
         latest_key = redis_keys.snapshot_latest(shard)
@@ -99,7 +85,7 @@ class SnapshotStore(Generic[T]):
         raise ConflictError(f"snapshot publish for shard {shard!r} lost {self._max_cas_tries} races in a row")
 
     async def latest_revision(self, shard: str) -> int | None:
-        raw = await _call("snapshot_latest_revision", lambda: self._redis.get(redis_keys.snapshot_latest(shard)))
+        raw = await redis_call("snapshot_latest_revision", lambda: self._redis.get(redis_keys.snapshot_latest(shard)))
         return int(raw) if raw is not None else None
 
     async def latest(self, shard: str) -> Versioned[T] | None:
@@ -115,7 +101,7 @@ class SnapshotStore(Generic[T]):
         raise TransientError(f"latest snapshot of shard {shard!r} kept moving away while being read")
 
     async def get_encoded(self, shard: str, revision: int) -> bytes | None:
-        return await _call("snapshot_get", lambda: self._redis.get(redis_keys.snapshot(shard, revision)))
+        return await redis_call("snapshot_get", lambda: self._redis.get(redis_keys.snapshot(shard, revision)))
 
     async def get(self, shard: str, revision: int) -> T | None:
         """That exact revision, or None if it never existed or has expired."""
@@ -146,12 +132,12 @@ class LatestValue(Generic[T]):
     async def put(self, shard: str, revision: int, value: T) -> bool:
         """Store `value` at `revision`; False (nothing written) when the stored revision is >= `revision`."""
         blob = _encoder.encode(value)
-        result = await _call("latest_value_put", lambda: self._put_if_newer(
+        result = await redis_call("latest_value_put", lambda: self._put_if_newer(
             keys=[self._key(shard)], args=[revision, blob, self._ttl_ms]))
         return bool(result)
 
     async def get(self, shard: str) -> Versioned[T] | None:
-        revision, blob = await _call("latest_value_get",
+        revision, blob = await redis_call("latest_value_get",
                                      lambda: self._redis.hmget(self._key(shard), ["revision", "value"]))
         if revision is None or blob is None:
             return None
