@@ -29,10 +29,9 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 
+from shoal.adapters.kube import Expired, Kube, Resource, error_for_status, kube_error
 from shoal.errors import TransientError
 from shoal.logging import get_logger
-
-from .kube import Expired, Kube, Resource, error_for_status, kube_error
 
 log = get_logger(__name__)
 

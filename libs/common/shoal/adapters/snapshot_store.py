@@ -29,9 +29,8 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from shoal.adapters import redis_keys
+from shoal.adapters.redis_client import redis_call
 from shoal.errors import ConflictError, TransientError
-
-from .redis_client import redis_call
 
 T = TypeVar("T")
 
