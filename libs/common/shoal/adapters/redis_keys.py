@@ -43,7 +43,7 @@ def usage_history(shard: str) -> str:
 
 
 def inflight(shard: str) -> str:
-    """Decisions of a shard sent to the binder and not yet seen done or failed: hash {revision, value}."""
+    """Decisions of a shard sent to the binder and not yet seen done or failed: hash pod uid → msgpack entry."""
     return _key("inflight", shard)
 
 
