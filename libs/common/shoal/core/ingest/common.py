@@ -87,7 +87,10 @@ def parse_time(value: object, field: str) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError):
+            raise IngestError(field, f"invalid timestamp {value!r}") from None
     if not isinstance(value, str) or not value:
         raise IngestError(field, f"invalid timestamp {value!r}")
     text = value.strip()
@@ -135,6 +138,8 @@ _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 6
 def parse_duration(value: object, field: str) -> int:
     """A Go/metav1 duration ("90s", "2m0s", "1h30m", "-1s") or a number of seconds, as whole seconds."""
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise IngestError(field, f"invalid duration {value!r}")
         return int(value)
     if not isinstance(value, str) or not value.strip():
         raise IngestError(field, f"invalid duration {value!r}")

@@ -17,20 +17,22 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 
-from shoal.core.podgrouper import KUBEFLOW_SPECS, object_uid, stable_uid
+from shoal.core.podgrouper import KUBEFLOW_SPECS, _map, _seq, object_uid, stable_uid
 
 ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 
 
-def _meta(obj: Mapping) -> Mapping:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
+def _meta(obj: object) -> Mapping:
+    return _map(_map(obj).get("metadata"))
 
 
-def _spec(obj: Mapping) -> Mapping:
-    spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
+def _spec(obj: object) -> Mapping:
+    return _map(_map(obj).get("spec"))
+
+
+def _plain_map(value: object) -> dict:
+    return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def _count(value: object, default: int) -> int:
@@ -52,8 +54,8 @@ def _pod(owner: Mapping, template: Mapping, name: str, labels: Mapping[str, str]
         "name": name,
         "namespace": namespace,
         "uid": stable_uid("Pod", namespace, name),
-        "labels": {**dict(tmeta.get("labels") or {}), **dict(labels or {})},
-        "annotations": dict(tmeta.get("annotations") or {}),
+        "labels": {**_plain_map(tmeta.get("labels")), **dict(labels or {})},
+        "annotations": _plain_map(tmeta.get("annotations")),
         "ownerReferences": [_owner_ref(owner)],
     }
     if ometa.get("creationTimestamp"):
@@ -87,7 +89,8 @@ def _kubeflow_pods(job: Mapping) -> list[dict]:
     specs = _spec(job).get(KUBEFLOW_SPECS[str(job.get("kind"))])
     name = str(_meta(job).get("name"))
     pods = []
-    for role in sorted(specs or {}):
+    specs = _map(specs)
+    for role in sorted(specs, key=str):
         rs = specs[role]
         if not isinstance(rs, Mapping):
             continue
@@ -103,15 +106,15 @@ def _jobset_objects(jobset: Mapping) -> list[dict]:
     name = str(_meta(jobset).get("name"))
     namespace = str(_meta(jobset).get("namespace") or "default")
     out: list[dict] = []
-    for rjob in _spec(jobset).get("replicatedJobs") or ():
-        if not isinstance(rjob, Mapping) or not rjob.get("name"):
+    for rjob in _seq(_spec(jobset).get("replicatedJobs")):
+        if not isinstance(rjob, Mapping) or not isinstance(rjob.get("name"), str) or not rjob["name"]:
             continue
         template = rjob.get("template") if isinstance(rjob.get("template"), Mapping) else {}
         for index in range(_count(rjob.get("replicas"), 1)):
             job_name = f"{name}-{rjob['name']}-{index}"
             job = {"apiVersion": "batch/v1", "kind": "Job",
                    "metadata": {"name": job_name, "namespace": namespace, "uid": stable_uid("Job", namespace, job_name),
-                                "annotations": dict(_meta(template).get("annotations") or {}),
+                                "annotations": _plain_map(_meta(template).get("annotations")),
                                 "ownerReferences": [_owner_ref(jobset)]},
                    "spec": copy.deepcopy(dict(_spec(template)))}
             labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": str(rjob["name"]),
@@ -146,14 +149,14 @@ def _ray_pods(cluster: Mapping) -> list[dict]:
     spec = _spec(cluster)
     name = str(_meta(cluster).get("name"))
     head = spec.get("headGroupSpec") if isinstance(spec.get("headGroupSpec"), Mapping) else {}
-    pods = [_pod(cluster, head.get("template") or {}, f"{name}-head", {"ray.io/node-type": "head"})]
-    for group in spec.get("workerGroupSpecs") or ():
+    pods = [_pod(cluster, _map(head.get("template")), f"{name}-head", {"ray.io/node-type": "head"})]
+    for group in _seq(spec.get("workerGroupSpecs")):
         if not isinstance(group, Mapping):
             continue
         count = _count(group.get("minReplicas"), _count(group.get("replicas"), 0))
         gname = str(group.get("groupName") or "workers")
         for i in range(count):
-            pods.append(_pod(cluster, group.get("template") or {}, f"{name}-{gname}-worker-{i}",
+            pods.append(_pod(cluster, _map(group.get("template")), f"{name}-{gname}-worker-{i}",
                              {"ray.io/node-type": "worker", "ray.io/group": gname}))
     return pods
 
@@ -175,7 +178,7 @@ def _owned_keys(objects: Iterable[Mapping]) -> set[tuple[str, str, str]]:
     owned: set[tuple[str, str, str]] = set()
     for obj in objects:
         ns = str(_meta(obj).get("namespace") or "default")
-        for ref in _meta(obj).get("ownerReferences") or ():
+        for ref in _seq(_meta(obj).get("ownerReferences")):
             if isinstance(ref, Mapping):
                 owned.add((ns, str(ref.get("kind") or ""), str(ref.get("name") or "")))
                 if ref.get("uid"):
@@ -200,7 +203,7 @@ def expand_workloads(objects: Sequence[Mapping]) -> list[dict]:
         expanded_ids |= _identity(obj)
     created: list[dict] = []
     for obj in expanding:
-        ref = next((r for r in _meta(obj).get("ownerReferences") or () if isinstance(r, Mapping)), None)
+        ref = next((r for r in _seq(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)), None)
         if ref is not None:
             ns = str(_meta(obj).get("namespace") or "default")
             parent = {(ns, str(ref.get("kind") or ""), str(ref.get("name") or "")), ("uid", "", str(ref.get("uid") or ""))}
@@ -214,7 +217,7 @@ def recreate_pod(pod: Mapping, name: str) -> dict:
     """A fresh pending copy of a controller-owned pod under a new name (its owner recreating it)."""
     meta = dict(_meta(pod))
     namespace = str(meta.get("namespace") or "default")
-    labels = {k: v for k, v in dict(meta.get("labels") or {}).items()
+    labels = {k: v for k, v in _plain_map(meta.get("labels")).items()
               if k != "runai-gpu-group" and not str(k).startswith("runai-gpu-group/")}
     new_meta = {k: v for k, v in meta.items()
                 if k in ("namespace", "annotations", "ownerReferences", "creationTimestamp")}

@@ -135,7 +135,7 @@ def _affinity_terms(spec: Mapping) -> tuple[NodeSelectorTerm, ...]:
                 raise IngestError(f"{base}.nodeSelectorTerms[{i}].matchExpressions[{j}].operator",
                                   f"unknown operator {op!r}")
             reqs.append(NodeSelectorRequirement(key=str(expr.get("key") or ""), operator=op,
-                                                values=tuple(str(v) for v in expr.get("values") or ())))
+                                                values=tuple(str(v) for v in as_list(expr.get("values"), f"{base}.nodeSelectorTerms[{i}].matchExpressions[{j}].values"))))
         terms.append(NodeSelectorTerm(match_expressions=tuple(reqs)))
     return tuple(terms)
 

@@ -176,7 +176,8 @@ def _bindings(entries: list[tuple[int, Mapping]]) -> dict[str, tuple[str, tuple[
             continue
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
         pod_name = spec.get("podName") or meta.get("name")
-        groups = tuple(sorted(str(g) for g in spec.get("selectedGPUGroups") or ()))
+        selected = spec.get("selectedGPUGroups")
+        groups = tuple(sorted(str(g) for g in selected)) if isinstance(selected, list) else ()
         out[f"{meta.get('namespace') or 'default'}/{pod_name}"] = (str(spec["selectedNode"]), groups)
     return out
 
