@@ -94,12 +94,12 @@ def _meta(obj: Mapping) -> Mapping:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def _seq(value: object) -> list:
+def list_or_empty(value: object) -> list:
     """A list field, or [] when it is missing or not a list (bad input never raises here)."""
     return value if isinstance(value, list) else []
 
 
-def _map(value: object) -> Mapping:
+def mapping_or_empty(value: object) -> Mapping:
     return value if isinstance(value, Mapping) else {}
 
 
@@ -145,7 +145,7 @@ class OwnerIndex:
 
 def controller_ref(obj: Mapping) -> Mapping | None:
     """The controller ownerReference (else the first one), or None."""
-    refs = [r for r in _seq(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)]
+    refs = [r for r in list_or_empty(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)]
     for ref in refs:
         if ref.get("controller"):
             return ref
@@ -212,7 +212,7 @@ def _replica_total(spec: Mapping, specs_key: str) -> int:
 def _ray_min(spec: Mapping) -> int:
     cluster = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), Mapping) else spec
     total = 1  # the head
-    for group in _seq(cluster.get("workerGroupSpecs")):
+    for group in list_or_empty(cluster.get("workerGroupSpecs")):
         if isinstance(group, Mapping):
             total += _int(group.get("minReplicas", group.get("replicas", 0)), 0) * max(
                 _int(group.get("numOfHosts", 1), 1), 1)
@@ -222,7 +222,7 @@ def _ray_min(spec: Mapping) -> int:
 def _jobset_layout(jobset: Mapping, pod: Mapping, chain: list[Mapping]) -> tuple[dict, str | None]:
     """Root minSubGroup, subgroups and this pod's leaf subgroup for a JobSet."""
     spec = jobset.get("spec") if isinstance(jobset.get("spec"), Mapping) else {}
-    rjobs = [r for r in _seq(spec.get("replicatedJobs")) if isinstance(r, Mapping) and isinstance(r.get("name"), str)]
+    rjobs = [r for r in list_or_empty(spec.get("replicatedJobs")) if isinstance(r, Mapping) and isinstance(r.get("name"), str)]
     subgroups: list[dict] = []
     for rjob in rjobs:
         name = str(rjob["name"])

@@ -17,18 +17,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 
-from shoal.core.podgrouper import KUBEFLOW_SPECS, _map, _seq, object_uid, stable_uid
+from shoal.core.podgrouper import KUBEFLOW_SPECS, list_or_empty, mapping_or_empty, object_uid, stable_uid
 
 ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 
 
 def _meta(obj: object) -> Mapping:
-    return _map(_map(obj).get("metadata"))
+    return mapping_or_empty(mapping_or_empty(obj).get("metadata"))
 
 
 def _spec(obj: object) -> Mapping:
-    return _map(_map(obj).get("spec"))
+    return mapping_or_empty(mapping_or_empty(obj).get("spec"))
 
 
 def _plain_map(value: object) -> dict:
@@ -89,7 +89,7 @@ def _kubeflow_pods(job: Mapping) -> list[dict]:
     specs = _spec(job).get(KUBEFLOW_SPECS[str(job.get("kind"))])
     name = str(_meta(job).get("name"))
     pods = []
-    specs = _map(specs)
+    specs = mapping_or_empty(specs)
     for role in sorted(specs, key=str):
         rs = specs[role]
         if not isinstance(rs, Mapping):
@@ -106,7 +106,7 @@ def _jobset_objects(jobset: Mapping) -> list[dict]:
     name = str(_meta(jobset).get("name"))
     namespace = str(_meta(jobset).get("namespace") or "default")
     out: list[dict] = []
-    for rjob in _seq(_spec(jobset).get("replicatedJobs")):
+    for rjob in list_or_empty(_spec(jobset).get("replicatedJobs")):
         if not isinstance(rjob, Mapping) or not isinstance(rjob.get("name"), str) or not rjob["name"]:
             continue
         template = rjob.get("template") if isinstance(rjob.get("template"), Mapping) else {}
@@ -149,14 +149,14 @@ def _ray_pods(cluster: Mapping) -> list[dict]:
     spec = _spec(cluster)
     name = str(_meta(cluster).get("name"))
     head = spec.get("headGroupSpec") if isinstance(spec.get("headGroupSpec"), Mapping) else {}
-    pods = [_pod(cluster, _map(head.get("template")), f"{name}-head", {"ray.io/node-type": "head"})]
-    for group in _seq(spec.get("workerGroupSpecs")):
+    pods = [_pod(cluster, mapping_or_empty(head.get("template")), f"{name}-head", {"ray.io/node-type": "head"})]
+    for group in list_or_empty(spec.get("workerGroupSpecs")):
         if not isinstance(group, Mapping):
             continue
         count = _count(group.get("minReplicas"), _count(group.get("replicas"), 0))
         gname = str(group.get("groupName") or "workers")
         for i in range(count):
-            pods.append(_pod(cluster, _map(group.get("template")), f"{name}-{gname}-worker-{i}",
+            pods.append(_pod(cluster, mapping_or_empty(group.get("template")), f"{name}-{gname}-worker-{i}",
                              {"ray.io/node-type": "worker", "ray.io/group": gname}))
     return pods
 
@@ -178,7 +178,7 @@ def _owned_keys(objects: Iterable[Mapping]) -> set[tuple[str, str, str]]:
     owned: set[tuple[str, str, str]] = set()
     for obj in objects:
         ns = str(_meta(obj).get("namespace") or "default")
-        for ref in _seq(_meta(obj).get("ownerReferences")):
+        for ref in list_or_empty(_meta(obj).get("ownerReferences")):
             if isinstance(ref, Mapping):
                 owned.add((ns, str(ref.get("kind") or ""), str(ref.get("name") or "")))
                 if ref.get("uid"):
@@ -203,7 +203,7 @@ def expand_workloads(objects: Sequence[Mapping]) -> list[dict]:
         expanded_ids |= _identity(obj)
     created: list[dict] = []
     for obj in expanding:
-        ref = next((r for r in _seq(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)), None)
+        ref = next((r for r in list_or_empty(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)), None)
         if ref is not None:
             ns = str(_meta(obj).get("namespace") or "default")
             parent = {(ns, str(ref.get("kind") or ""), str(ref.get("name") or "")), ("uid", "", str(ref.get("uid") or ""))}
