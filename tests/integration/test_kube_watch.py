@@ -178,6 +178,10 @@ async def test_errors_are_mapped(kube_api: client.ApiClient, namespace: str, sta
         await kube.create(CONFIGMAPS, configmap("Not_A_Valid_Name", "1"), namespace=namespace)
     assert "422" in str(invalid.value) and not isinstance(invalid.value, NotFoundError)
 
+    with pytest.raises(NotFoundError):  # a permanent error ends the watch instead of retrying forever
+        async for _ in ListWatch(kube, Resource("nope.shoal.io", "v1", "things", "Thing"), namespace=namespace):
+            pass
+
     nobody = await connect_kube(KubeSettings(kubeconfig=stack.kubeconfig))
     nobody.set_default_header("Impersonate-User", "shoal-test-nobody")
     try:

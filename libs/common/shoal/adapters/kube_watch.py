@@ -15,7 +15,8 @@ The first event is SYNCED (reason "initial") unless a `resource_version` to resu
 asks for bookmarks, ends each request after `timeout_s` and continues from the last resourceVersion seen. When
 the server answers 410 (the resourceVersion is too old) it lists again and yields SYNCED with reason
 "expired" and the server's message in `detail`, then watches from the new list's resourceVersion. Connection
-problems and 5xx/429 are retried with capped backoff; 403/404 and other permanent errors end the iteration.
+problems and 5xx/429 (of the list or the watch) are retried with capped backoff for as long as it takes;
+403/404 and other permanent errors end the iteration with that error.
 Objects are plain dicts as in YAML manifests, with apiVersion and kind.
 """
 
@@ -69,20 +70,24 @@ class ListWatch:
         return self.events()
 
     async def events(self) -> AsyncIterator[WatchEvent]:
-        if self.resource_version is None:
-            yield await self._list("initial")
+        relist: str | None = "initial" if self.resource_version is None else None
+        detail = ""
         failures = 0
         while True:
             try:
+                if relist is not None:
+                    synced = await self._list(relist, detail)
+                    relist, detail = None, ""
+                    yield synced
                 async for event in self._watch_once():
                     failures = 0
                     yield event
             except Expired as exc:
                 self.relists += 1
+                relist, detail = "expired", str(exc)
                 log.info("kube_watch_expired", resource=self.resource.plural, namespace=self.namespace,
-                         resource_version=self.resource_version, detail=str(exc))
-                yield await self._list("expired", str(exc))
-            except TransientError as exc:
+                         resource_version=self.resource_version, detail=detail)
+            except TransientError as exc:  # apiserver away or overloaded: keep trying, never give up
                 failures += 1
                 wait = random.uniform(0, min(self.max_backoff_s, 0.2 * 2 ** failures))
                 log.warning("kube_watch_interrupted", resource=self.resource.plural, error=str(exc),
