@@ -45,19 +45,46 @@ def documents() -> list[dict]:
     return out
 
 
+def preemption_cluster() -> list[dict]:
+    """A full node of running train pods (a Job's, so evicted ones are recreated) and a build pod arriving."""
+    gpu = {"quota": 4, "limit": -1, "overQuotaWeight": 1}
+    docs: list[dict] = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "pn1", "labels": {"pool": "pre"}},
+         "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "nvidia.com/gpu": "4"}}},
+        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "pq"},
+         "spec": {"resources": {"gpu": gpu, "cpu": {"quota": -1, "limit": -1}, "memory": {"quota": -1, "limit": -1}}}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "pre", "uid": "job-train"},
+         "spec": {"parallelism": 4, "template": {"spec": {"schedulerName": "kai-scheduler", "containers": [{}]}}}},
+    ]
+    for i in range(4):
+        docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"train-{i}", "namespace": "pre", "labels": {"kai.scheduler/queue": "pq"},
+            "creationTimestamp": f"2026-01-01T00:00:0{i}Z",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-train",
+                                 "controller": True}]},
+            "spec": {"schedulerName": "kai-scheduler", "nodeName": "pn1",
+                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}, "status": {"phase": "Running"}})
+    docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent", "namespace": "pre",
+                 "labels": {"kai.scheduler/queue": "pq"}, "creationTimestamp": "2026-01-01T00:00:30Z"},
+                 "spec": {"schedulerName": "kai-scheduler", "priorityClassName": "build", "nodeSelector": {"pool": "pre"},
+                          "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+    return docs
+
+
 def render(docs: list[dict]) -> str:
-    result = simulate(docs, cycles=2)
+    result = simulate(docs, cycles=3)
     assert not result.problems, result.problems
     return json.dumps(render_json(result), separators=(",", ":"))
 
 
-BASE_DOCS = documents()
+BASE_DOCS = documents() + preemption_cluster()
 BASELINE = render(BASE_DOCS)
 
 
 def test_merged_cluster_schedules_something() -> None:
     data = json.loads(BASELINE)
     assert data["cycles"][0]["binds"], "the merged cluster should bind pods"
+    assert "pre/urgent" in data["final"]["pods"]
     assert len(data["final"]["podGroups"]) >= 6
 
 
