@@ -44,6 +44,24 @@ from shoal.metrics import CONTENT_TYPE, Metrics
 log = get_logger(__name__)
 COMPONENT = "shoal-nodeagent"
 MERGE = "application/merge-patch+json"
+SIMULATED_MEMORY = "shoal.io/simulated-gpu-memory-mib"  # fake backend: a process using this much per GPU
+SIMULATED_UTIL = "run.ai/simulated-gpu-utilization"  # fake-gpu-operator's "lo-hi" percent; the midpoint is used
+
+
+def simulated_usage(pods: list[PodView], pod_gpus: dict[str, tuple[str, ...]]) -> dict[tuple[str, str], tuple[int, int]]:
+    """Fake backend: the simulated GPU processes Running pods ask for by annotation (pure)."""
+    wanted: dict[tuple[str, str], tuple[int, int]] = {}
+    for pod in pods:
+        text = pod.annotations.get(SIMULATED_MEMORY, "")
+        if pod.phase != "Running" or pod.deleting or not text.strip().isdigit():
+            continue
+        util = 0
+        lo, _, hi = pod.annotations.get(SIMULATED_UTIL, "").partition("-")
+        if lo.strip().isdigit():
+            util = min(100, (int(lo) + int(hi if hi.strip().isdigit() else lo)) // 2)
+        for gpu in pod_gpus.get(pod.uid, ()):
+            wanted[(pod.uid, gpu)] = (int(text), util)
+    return wanted
 
 
 def _now_text() -> str:
@@ -169,6 +187,8 @@ class NodeAgentApp:
         result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool), refs=refs,
                             observed=observed)
         await self.act(node, inv, agent, result, pods)
+        if isinstance(inv, FakeInventory):
+            inv.sync_simulated(simulated_usage(pods, result.pod_gpus))
         usage = GpuUsage(
             meta=new_meta("nodeagent"), node=node.name, node_pool=pool, sampled_at=_now_text(),
             partial=sample.partial, gpus=result.gpus, pods=result.pods,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from msgspec import Meta
 
@@ -13,6 +13,8 @@ NonNegativeInt = Annotated[int, Meta(ge=0)]
 
 
 class NodeAgentSettings(ServiceSettings, frozen=True, kw_only=True):
+    env_aliases: ClassVar[dict[str, str]] = {"backend": "SHOAL_GPU_SOURCE"}  # as deploy/k8s sets it
+
     node_name: str = ""  # SHOAL_NODE_NAME: the node this agent serves (DaemonSet: from the downward API)
     all_fake_nodes: bool = False  # SHOAL_ALL_FAKE_NODES: one process serves every node matching the selector
     fake_node_selector: str = "shoal.io/fake-node=true"  # SHOAL_FAKE_NODE_SELECTOR (label selector)

@@ -7,12 +7,16 @@ GPUs exist nowhere here, so this backend *is* the node's hardware for fake nodes
 - MIG: label `nvidia.com/mig.strategy` in (single, mixed) or `node-role.kubernetes.io/mig-enabled=true`;
 - UUID: `GPU-<uuid5(namespace, "<node>/<index>")>`, stable across restarts and processes.
 Processes are simulated (`start_process`/`stop_process`); `kill` removes one, like SIGKILL would.
+`sync_simulated` keeps one process per (pod, GPU) for pods that ask for it by annotation (see app.py), so
+an agent running as its own process on the local stack has GPU usage to report and police; a killed
+simulated process stays dead until the pod goes away.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -93,6 +97,8 @@ class FakeInventory:
         self._procs: dict[int, _Proc] = {}
         self._lock = threading.Lock()
         self.killed: list[tuple[int, int]] = []  # (pid, start_ticks), in kill order
+        self._simulated: dict[tuple[str, str], int] = {}  # (pod uid, gpu) → pid
+        self._simulated_dead: set[tuple[str, str]] = set()
 
     @classmethod
     def for_node(
@@ -164,6 +170,34 @@ class FakeInventory:
                 raise NoSuchProcess(f"pid {pid} (start {start_ticks}) is not running")
             del self._procs[pid]
             self.killed.append((pid, start_ticks))
+            for key, sim_pid in list(self._simulated.items()):
+                if sim_pid == pid:
+                    del self._simulated[key]
+                    self._simulated_dead.add(key)
+
+    def sync_simulated(self, wanted: dict[tuple[str, str], tuple[int, int]]) -> None:
+        """Make the simulated processes match `wanted`: (pod uid, GPU uuid) → (used MiB, utilization %)."""
+        known = {g.uuid for g in self._gpus}
+        for key in [k for k in self._simulated if k not in wanted]:
+            self.stop_process(self._simulated.pop(key))
+        self._simulated_dead &= set(wanted)
+        for (pod_uid, gpu_uuid), (used, util) in sorted(wanted.items()):
+            key = (pod_uid, gpu_uuid)
+            if key in self._simulated_dead or gpu_uuid not in known:
+                continue
+            pid = self._simulated.get(key)
+            if pid is not None and pid in self._procs:
+                with self._lock:
+                    proc = self._procs[pid]
+                    proc.process = replace(proc.process, used_mib=used, sm_util_percent=util)
+                    proc.utilization_percent = util
+                continue
+            pid = 100_000 + zlib.crc32(f"{pod_uid}/{gpu_uuid}".encode()) % 800_000
+            while pid in self._procs:
+                pid += 1
+            self.start_process(pid=pid, gpu_uuid=gpu_uuid, used_mib=used, start_ticks=pid * 7, pod_uid=pod_uid,
+                               utilization_percent=util)
+            self._simulated[key] = pid
 
     def close(self) -> None:
         return None

@@ -87,6 +87,7 @@ class TickResult:
     gpus: tuple[GpuStat, ...] = ()
     pods: tuple[PodGpuStat, ...] = ()
     notes: list[str] = field(default_factory=list)  # node-level conditions, for the log
+    pod_gpus: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pod uid → GPUs it uses (shared or whole)
 
 
 def is_reservation(pod: PodView, namespace: str) -> bool:
@@ -196,6 +197,13 @@ class NodeAgent:
                 share_pods[pod.uid] = pod
 
         bindings = [GpuBinding(u, capacity[u], tuple(s)) for u, s in sorted(shares.items())]
+        by_key = {p.key: p for p in pods}
+        for key, held in devices.items():
+            if by_key[key].namespace != self.config.reservation_namespace:
+                result.pod_gpus[by_key[key].uid] = held
+        for binding in bindings:
+            for spec in binding.shares:
+                result.pod_gpus[spec.pod_uid] = result.pod_gpus.get(spec.pod_uid, ()) + (binding.gpu_uuid,)
         all_refs = dict(refs or {})
         for proc in sample.processes:
             if proc.pod_uid:

@@ -281,11 +281,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_entry_point_serves_fake_nodes(kube_api: Any, stack: Any, rsv: str, node_pool: str,
+async def test_entry_point_serves_fake_nodes(kube_api: Any, stack: Any, namespace: str, rsv: str, node_pool: str,
                                              gpu_nodes: Any, topic_prefix: str) -> None:
     core = client.CoreV1Api(kube_api)
     (node,) = await gpu_nodes(count=1, gpus=1, gpu_memory_mib=10000)
     await create_pod(core, rsv, pod_body("r1", node, labels={"runai-gpu-group": "g1"}))
+    # a fraction pod whose simulated GPU process (fake backend) uses more than its 2500 MiB share
+    await create_pod(core, namespace, pod_body(
+        "hungry", node, annotations={"gpu-fraction": "0.25", "shoal.io/simulated-gpu-memory-mib": "4000"},
+        labels={"runai-gpu-group": "g1"}))
     port = free_port()
     env = {
         **os.environ,
@@ -315,6 +319,14 @@ async def test_entry_point_serves_fake_nodes(kube_api: Any, stack: Any, rsv: str
             await eventually(ready, what="/readyz")
             status, text = await get("/metrics")
             assert status == 200 and f'DCGM_FI_DEV_FB_TOTAL{{Hostname="{node}"' in text
+
+            async def over_share_event() -> list[str]:
+                return [e.reason for e in await events_of(core, namespace, "hungry")]
+
+            assert await eventually(over_share_event, timeout_s=30, what="an over-share event from the process") == [
+                "GPUMemoryOverShare"]
+            status, text = await get("/metrics")
+            assert 'pod="hungry"} 1500.0' in text  # shoal_pod_gpu_memory_over_share_mib
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -35,3 +35,24 @@ def test_entry_point_exits_2_on_bad_settings():
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "SHOAL_BACKEND" in run.stderr and "SHOAL_NODE_NAME" in run.stderr
+
+
+def test_gpu_source_alias_as_deploy_sets_it():
+    s = load_settings(NodeAgentSettings, {"SHOAL_NODE_NAME": "n", "SHOAL_GPU_SOURCE": "fake"})
+    assert s.backend == "fake"
+    assert load_settings(NodeAgentSettings, {"SHOAL_NODE_NAME": "n", "SHOAL_GPU_SOURCE": "fake",
+                                             "SHOAL_BACKEND": "nvml"}).backend == "nvml"
+
+
+def test_simulated_usage_from_annotations():
+    from dataclasses import replace
+
+    from services.nodeagent.app import simulated_usage
+
+    from .helpers import pod
+
+    running = pod("a", {"shoal.io/simulated-gpu-memory-mib": "3000", "run.ai/simulated-gpu-utilization": "10-30"})
+    pending = replace(pod("b", {"shoal.io/simulated-gpu-memory-mib": "5"}), phase="Pending")
+    bad = pod("c", {"shoal.io/simulated-gpu-memory-mib": "lots"})
+    got = simulated_usage([running, pending, bad], {"uid-a": ("GPU-1",), "uid-b": ("GPU-2",), "uid-c": ("GPU-3",)})
+    assert got == {("uid-a", "GPU-1"): (3000, 20)}

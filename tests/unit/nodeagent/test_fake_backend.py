@@ -37,3 +37,19 @@ def test_processes_sample_and_kill():
     assert inv.killed == [(10, 5)]
     with pytest.raises(KeyError):
         inv.start_process(pid=12, gpu_uuid="GPU-nope", used_mib=1, start_ticks=1)
+
+
+def test_sync_simulated_processes_and_killed_stay_dead():
+    inv = FakeInventory.for_node("n", {"nvidia.com/gpu.memory": "1000"}, {"nvidia.com/gpu": "2"})
+    g0, g1 = (g.uuid for g in inv.gpus)
+    inv.sync_simulated({("u1", g0): (300, 20), ("u2", g1): (100, 0)})
+    procs = {p.pod_uid: p for p in inv.sample().processes}
+    assert (procs["u1"].used_mib, procs["u1"].gpu_uuid, procs["u1"].sm_util_percent) == (300, g0, 20)
+    inv.sync_simulated({("u1", g0): (600, 20), ("u2", g1): (100, 0)})
+    assert {p.pod_uid: p.used_mib for p in inv.sample().processes} == {"u1": 600, "u2": 100}
+    victim = next(p for p in inv.sample().processes if p.pod_uid == "u1")
+    inv.kill(victim.pid, victim.start_ticks)
+    inv.sync_simulated({("u1", g0): (600, 20), ("u2", g1): (100, 0)})
+    assert [p.pod_uid for p in inv.sample().processes] == ["u2"]  # a killed process is not respawned
+    inv.sync_simulated({})
+    assert inv.sample().processes == ()
