@@ -68,10 +68,13 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The running stack: `.kubeconfig`, `.kafka_bootstrap`, `.redis_url`, `.state_dir` (a StackInfo)."""
     from shoal.devstack import DevStackError, StackInfo, down, up
 
+    problem = ""
     try:
         attached = StackInfo.from_env()
     except DevStackError as exc:
-        pytest.fail(f"cannot attach to the stack: {exc}", pytrace=False)
+        problem = f"cannot attach to the stack: {exc}"
+    if problem:
+        pytest.fail(problem, pytrace=False)
     if attached is not None:
         yield attached
         return
@@ -84,8 +87,10 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Any]:
         with _uncaptured(request.config):
             info = up(state, tie_to_parent=True, say=lambda msg: print(msg, file=sys.stderr, flush=True))
     except DevStackError as exc:
+        problem = f"local stack failed to start: {exc}"
+    if problem:
         down(state)
-        pytest.fail(f"local stack failed to start: {exc}", pytrace=False)
+        pytest.fail(problem, pytrace=False)
     try:
         yield info
     finally:
