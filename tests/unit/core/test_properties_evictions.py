@@ -1,0 +1,151 @@
+"""Hypothesis properties of the eviction actions (consolidation, reclaim, preempt, stale gang eviction).
+
+- No victim is non-preemptible (stale gang eviction aside); a reclaim victim's queue was over its
+  deserved quota; a preempt victim is in the evictor's queue with strictly lower priority.
+- After the evictions no gang is left below its minimum unless the whole gang was evicted.
+- Stability (no ping-pong): apply the plan like the cluster would (evicted pods recreated pending,
+  binds and pipelines running) and plan again with the same demand: no pod of an evictor is evicted,
+  and after a plan whose evictions were all reclaims nothing more is reclaimed or preempted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from builders import NS, PRIORITY_CLASSES, queue
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shoal.core.cycle import run_cycle
+from shoal.core.model import Node, Pod, PodGroup, ShardConfig, make_snapshot
+from shoal.core.plan import Bind, Evict, Pipeline
+
+CLASSES = {c.name: c.value for c in PRIORITY_CLASSES}
+QUEUES = ("a", "b", "c")
+
+
+@st.composite
+def clusters(draw):
+    nodes = [Node(name=f"n{i}", gpus=draw(st.integers(1, 6)), cpu_milli=64_000, memory_bytes=2**36,
+                  gpu_memory_mib=40960) for i in range(draw(st.integers(1, 3)))]
+    free = {n.name: n.gpus for n in nodes}
+    queues = [queue("root", parent=None)]
+    for name in QUEUES:
+        quota = draw(st.integers(0, 4))
+        queues.append(queue(name, gpu=(quota, -1, draw(st.integers(1, 3))), priority=draw(st.sampled_from([100, 100, 200]))))
+    groups, pods = [], []
+    for j in range(draw(st.integers(1, 7))):
+        name = f"j{j}"
+        q = draw(st.sampled_from(QUEUES))
+        cls = draw(st.sampled_from(sorted(CLASSES)))
+        size = draw(st.integers(1, 3))
+        gpus = draw(st.integers(1, 2))
+        min_member = draw(st.integers(1, size))
+        running = draw(st.booleans())
+        placed = []
+        if running:
+            for _ in range(size):
+                spot = next((n for n in sorted(free) if free[n] >= gpus), None)
+                if spot is None:
+                    break
+                free[spot] -= gpus
+                placed.append(spot)
+            if len(placed) < min_member:  # could not start the gang: give the GPUs back, leave it pending
+                for spot in placed:
+                    free[spot] += gpus
+                placed = []
+        groups.append(PodGroup(namespace=NS, name=name, uid=f"u{name}", queue=q, min_member=min_member,
+                               priority_class_name=cls, created=j))
+        for i in range(size):
+            node_name = placed[i] if i < len(placed) else None
+            pods.append(Pod(uid=f"u{name}-{i}", namespace=NS, name=f"{name}-{i}", pod_group=name, gpus=gpus,
+                            node_name=node_name, phase="Running" if node_name else "Pending", created=j * 10 + i))
+    config = ShardConfig(gpu_placement=draw(st.sampled_from(["binpack", "binpack", "spread"])))
+    return dict(nodes=nodes, pods=pods, pod_groups=groups, queues=queues, priority_classes=PRIORITY_CLASSES,
+                config=config, now=1000, revision=1)
+
+
+def _group_of(snap):
+    groups = {g.name: g for g in snap.pod_groups}
+    return {p.key: groups[p.pod_group] for p in snap.pods}, groups
+
+
+def _priority(group: PodGroup) -> int:
+    return CLASSES.get(group.priority_class_name, 50)
+
+
+def apply(snap, plan):
+    """The cluster after the plan: evicted pods recreated pending, bound/pipelined pods running."""
+    evicted = {op.pod for op in plan.of(Evict)}
+    placed = {op.pod: op.node for op in plan.ops if isinstance(op, (Bind, Pipeline))}
+    pods = []
+    for p in snap.pods:
+        if p.key in evicted:
+            pods.append(Pod(uid=p.uid + "r", namespace=p.namespace, name=p.name + "-r", pod_group=p.pod_group,
+                            gpus=p.gpus, created=5000))
+        elif p.key in placed:
+            pods.append(Pod(uid=p.uid, namespace=p.namespace, name=p.name, pod_group=p.pod_group, gpus=p.gpus,
+                            node_name=placed[p.key], phase="Running", created=p.created))
+        else:
+            pods.append(p)
+    return make_snapshot(nodes=snap.nodes, pods=pods, pod_groups=snap.pod_groups, queues=snap.queues,
+                         priority_classes=snap.priority_classes, config=snap.config, now=snap.now,
+                         revision=snap.revision + 1)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_victims_are_legitimate(spec):
+    snap = make_snapshot(**spec)
+    plan = run_cycle(snap)
+    group_of, groups = _group_of(snap)
+    quota = {q.name: q.gpu.quota for q in snap.queues}
+    used = defaultdict(int)
+    for p in snap.pods:
+        if p.node_name:
+            used[group_of[p.key].queue] += p.gpus * 1000
+    for ev in plan.of(Evict):
+        victim = group_of[ev.pod]
+        evictor = groups[ev.by.split("/", 1)[1]]
+        if ev.action == "stalegangeviction":
+            continue
+        assert _priority(victim) < 100, ev  # preemptible (no explicit preemptibility in this generator)
+        if ev.action == "reclaim":
+            assert victim.queue != evictor.queue
+            assert used[victim.queue] > quota[victim.queue], ev  # never within deserved quota
+        if ev.action == "preempt":
+            assert victim.queue == evictor.queue
+            assert _priority(victim) < _priority(evictor), ev
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_no_gang_left_below_its_minimum(spec):
+    snap = make_snapshot(**spec)
+    plan = run_cycle(snap)
+    group_of, groups = _group_of(snap)
+    evicted = {op.pod for op in plan.of(Evict)}
+    for name, group in groups.items():
+        running = [p for p in snap.pods if p.pod_group == name and p.node_name]
+        left = [p for p in running if p.key not in evicted]
+        if len(left) < len(running):
+            assert not left or len(left) >= group.min_member, (name, [p.key for p in left])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_replanning_after_the_plan_evicts_nothing_new(spec):
+    snap = make_snapshot(**spec)
+    first = run_cycle(snap)
+    if not first.of(Evict):
+        return
+    second = run_cycle(apply(snap, first))
+    again = [(e.pod, e.action, e.by) for e in second.of(Evict) if e.action in ("reclaim", "preempt")]
+    evictors = {e.by for e in first.of(Evict)}
+    group_of, _ = _group_of(apply(snap, first))
+    hit_evictors = [e for e in second.of(Evict) if f"{NS}/{group_of[e.pod].name}" in evictors]
+    assert hit_evictors == [], hit_evictors  # the reclaimer's / preemptor's pods are never taken back
+    if {e.action for e in first.of(Evict)} == {"reclaim"}:
+        # a reclaim is final: with the same demand, the next cycle reclaims or preempts nothing more
+        # (after a preempt, the victims' queue may legitimately become reclaimable by a third queue)
+        assert again == [], again
