@@ -132,7 +132,12 @@ async def _create_one(core: client.CoreV1Api, body: dict[str, Any]) -> None:
     name = body["metadata"]["name"]
     try:
         created = await core.create_node(body, _preload_content=False)
-        kept = (await created.json()).get("status", {}).get("capacity", {})
+        doc = await created.json()
+        if created.status == 409:  # without preloading, the client returns a 409 instead of raising it
+            raise ApiException(status=409, reason=str(doc.get("message", "AlreadyExists")))
+        if created.status >= 300:
+            raise ApiException(status=created.status, reason=str(doc.get("message", "")))
+        kept = doc.get("status", {}).get("capacity", {})
     except ApiException as exc:
         if exc.status != 409:
             raise
