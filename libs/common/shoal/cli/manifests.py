@@ -3,18 +3,25 @@
 Every document keeps its origin (`file:document-number`, numbers count from 1) so problems can be
 reported as `file:N: field: problem`. `kind: List` documents (kubectl output) are unpacked; their
 items keep the list's origin and report fields as `items[i].field`.
+
+KAI snapshots are read too: the zip that KAI's `/get-snapshot` serves (any file name; it holds
+`snapshot.json`) or that JSON itself. Its `rawObjects` lists (pods, nodes, queues, podGroups,
+bindRequests, priorityClasses, topologies) become documents with their `kind` filled in, and the
+KAI scheduler config's `actions` list (plus `gpuspread` among its plugins) becomes a SchedulerConfig.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import yaml
 
-SUFFIXES = (".yaml", ".yml", ".json")
+SUFFIXES = (".yaml", ".yml", ".json", ".zip", ".gzip")
 
 
 class ManifestError(Exception):
@@ -25,14 +32,26 @@ class ManifestError(Exception):
         self.lines = lines
 
 
+RAW_KINDS = {
+    "pods": ("v1", "Pod"),
+    "nodes": ("v1", "Node"),
+    "queues": ("scheduling.run.ai/v2", "Queue"),
+    "podGroups": ("scheduling.run.ai/v2alpha2", "PodGroup"),
+    "bindRequests": ("scheduling.run.ai/v1alpha2", "BindRequest"),
+    "priorityClasses": ("scheduling.k8s.io/v1", "PriorityClass"),
+    "topologies": ("kai.scheduler/v1alpha1", "Topology"),
+}
+
+
 @dataclass(frozen=True)
 class Origin:
     path: str
     document: int  # 1-based
     item: int | None = None  # index inside a `kind: List`
+    container: str = "items"  # the list the item sits in (`rawObjects.pods` for KAI snapshots)
 
     def where(self, field: str) -> str:
-        prefix = f"items[{self.item}]" if self.item is not None else ""
+        prefix = f"{self.container}[{self.item}]" if self.item is not None else ""
         field = f"{prefix}.{field}" if prefix and field else (prefix or field or "document")
         return f"{self.path}:{self.document}: {field}"
 
@@ -55,11 +74,62 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
     return files
 
 
-def _documents(path: str, text: str) -> list[object]:
-    if path.endswith(".json"):
+def _read_text(path: str) -> tuple[str, bool]:
+    """The file's text, and whether it is JSON for sure (a .json file or a KAI snapshot zip)."""
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    if raw.startswith(b"PK\x03\x04"):  # a KAI snapshot zip
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            names = [n for n in archive.namelist() if n.endswith(".json")]
+            if not names:
+                raise OSError(f"{path}: zip holds no JSON file")
+            name = "snapshot.json" if "snapshot.json" in names else sorted(names)[0]
+            return archive.read(name).decode("utf-8"), True
+    return raw.decode("utf-8"), path.endswith(".json")
+
+
+def _documents(text: str, is_json: bool) -> list[object]:
+    if is_json:
         data = json.loads(text)
         return list(data) if isinstance(data, list) else [data]
     return list(yaml.safe_load_all(text))
+
+
+def _kai_config(config: object) -> dict | None:
+    """A SchedulerConfig from a KAI snapshot's scheduler config (actions, gpuspread plugin)."""
+    if not isinstance(config, dict):
+        return None
+    spec: dict = {}
+    actions = config.get("actions")
+    if isinstance(actions, str) and actions.strip():
+        spec["actions"] = [a.strip() for a in actions.split(",") if a.strip()]
+    plugins = {p.get("name") for tier in config.get("tiers") or () if isinstance(tier, dict)
+               for p in tier.get("plugins") or () if isinstance(p, dict)}
+    if "gpuspread" in plugins:
+        spec["placementStrategy"] = {"gpu": "spread"}
+    return {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig", "spec": spec} if spec else None
+
+
+def _kai_snapshot(path: str, number: int, snapshot: dict) -> tuple[list, list[Origin]]:
+    documents: list = []
+    origins: list[Origin] = []
+    raw = snapshot.get("rawObjects") if isinstance(snapshot.get("rawObjects"), dict) else {}
+    for key in sorted(raw):
+        if key not in RAW_KINDS or not isinstance(raw[key], list):
+            continue
+        api_version, kind = RAW_KINDS[key]
+        for i, item in enumerate(raw[key]):
+            if isinstance(item, dict):
+                item = {"apiVersion": api_version, "kind": kind, **{k: v for k, v in item.items() if v is not None}}
+                item["apiVersion"] = item.get("apiVersion") or api_version
+                item["kind"] = item.get("kind") or kind
+            documents.append(item)
+            origins.append(Origin(path, number, i, f"rawObjects.{key}"))
+    config = _kai_config(snapshot.get("config"))
+    if config is not None:
+        documents.append(config)
+        origins.append(Origin(path, number, None))
+    return documents, origins
 
 
 def load_documents(paths: Iterable[str]) -> tuple[list[dict], list[Origin]]:
@@ -69,11 +139,10 @@ def load_documents(paths: Iterable[str]) -> tuple[list[dict], list[Origin]]:
     errors: list[str] = []
     for path in expand_paths(paths):
         try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-            docs = _documents(path, text)
-        except OSError as exc:
-            errors.append(f"{path}:0: file: {exc.strerror or exc}")
+            text, is_json = _read_text(path)
+            docs = _documents(text, is_json)
+        except (OSError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+            errors.append(f"{path}:0: file: {getattr(exc, 'strerror', None) or exc}")
             continue
         except json.JSONDecodeError as exc:
             errors.append(f"{path}:1: document: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
@@ -87,6 +156,11 @@ def load_documents(paths: Iterable[str]) -> tuple[list[dict], list[Origin]]:
             continue
         for number, doc in enumerate(docs, start=1):
             if doc is None:
+                continue
+            if isinstance(doc, dict) and "rawObjects" in doc and "kind" not in doc:
+                more, where = _kai_snapshot(path, number, doc)
+                documents.extend(more)
+                origins.extend(where)
                 continue
             if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
                 for i, item in enumerate(doc["items"]):

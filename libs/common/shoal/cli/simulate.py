@@ -17,7 +17,9 @@ DESCRIPTION = f"""\
 Run the real Shoal scheduling core for N cycles on manifests (no Kafka, Redis or Kubernetes).
 
 INPUT (-f, repeatable): YAML (multi-document) or JSON files, or directories (walked in sorted
-order; *.yaml, *.yml, *.json). `kind: List` documents are unpacked. Understood kinds:
+order; *.yaml, *.yml, *.json, *.zip, *.gzip). `kind: List` documents are unpacked, and a KAI
+snapshot (the zip from the scheduler's /get-snapshot, or its snapshot.json) is replayed from its
+rawObjects and config.actions. Understood kinds:
   Node (status.allocatable cpu/memory/pods/nvidia.com/gpu, labels incl. nvidia.com/gpu.memory and
     kai.scheduler/node-pool, spec.taints, spec.unschedulable, Ready condition),
   Pod (requests = max(sum of containers, any init container); nvidia.com/gpu; annotations
