@@ -315,6 +315,8 @@ def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str
         labels[NODE_POOL_LABEL] = pool
     metadata: dict = {"name": name, "namespace": namespace}
     created = smeta.get("creationTimestamp") or pmeta.get("creationTimestamp")
+    if kind in PER_POD_KINDS:  # one group per pod: it is as old as its pod
+        created = pmeta.get("creationTimestamp") or created
     if created:
         metadata["creationTimestamp"] = created
     if labels:
