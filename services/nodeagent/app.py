@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,14 +36,18 @@ from services.nodeagent.memory_policy import Kill
 from services.nodeagent.procmap import ProcFs
 from services.nodeagent.telemetry import GpuUsage, TelemetryCollector
 from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
+from shoal.adapters.http import Readiness, background, build_app
+from shoal.adapters.kafka import Publisher, ensure_topics
+from shoal.adapters.kube import connect_kube
 from shoal.errors import ShoalError
 from shoal.logging import get_logger
 from shoal.messages.base import new_meta
 from shoal.messages.topics import GPU_USAGE
-from shoal.metrics import CONTENT_TYPE, Metrics
+from shoal.metrics import Metrics
 
 log = get_logger(__name__)
 COMPONENT = "shoal-nodeagent"
+AGENT = web.AppKey("nodeagent", object)
 MERGE = "application/merge-patch+json"
 SIMULATED_MEMORY = "shoal.io/simulated-gpu-memory-mib"  # fake backend: a process using this much per GPU
 SIMULATED_UTIL = "run.ai/simulated-gpu-utilization"  # fake-gpu-operator's "lo-hi" percent; the midpoint is used
@@ -285,18 +290,43 @@ class NodeAgentApp:
         for inv in self.inventories.values():
             inv.close()
 
-    def http_app(self) -> web.Application:
-        async def healthz(_: web.Request) -> web.Response:
-            return web.Response(text="ok")
 
-        async def readyz(_: web.Request) -> web.Response:
-            return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
+def build(settings: NodeAgentSettings) -> web.Application:
+    """The service: /healthz, /readyz (ready after the first tick), /metrics, and the tick loop in the background.
 
-        async def metrics(_: web.Request) -> web.Response:
-            return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+    Cleanup contexts, in order: the kube client, the Kafka publisher (best effort: without Kafka the agent
+    still polices and serves metrics), the agent loop.
+    """
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
 
-        app = web.Application()
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        app.router.add_get("/metrics", metrics)
-        return app
+    async def agent_ctx(app: web.Application) -> AsyncIterator[None]:
+        api = await connect_kube(settings.kube)
+        publisher = None
+        if settings.publish_telemetry:
+            topic = GPU_USAGE.full(settings.topic_prefix)
+            candidate = Publisher(settings.kafka)
+            try:
+                await ensure_topics(settings.kafka, [topic], partitions=GPU_USAGE.partitions)
+                await candidate.start()
+                publisher = candidate
+            except ShoalError as exc:
+                log.error("telemetry_disabled", error=str(exc))
+        agent = NodeAgentApp(settings, api, publisher=publisher, metrics=metrics)
+        readiness.add("first_tick", lambda: agent.ready)
+        app[AGENT] = agent
+        try:
+            yield
+        finally:
+            agent.close()
+            if publisher is not None:
+                with contextlib.suppress(Exception):
+                    await publisher.stop()
+            await api.close()
+
+    async def loop(app: web.Application) -> None:
+        await app[AGENT].run(asyncio.Event())
+
+    app.cleanup_ctx.append(agent_ctx)
+    app.cleanup_ctx.append(background("nodeagent_loop", loop))
+    return app
