@@ -25,6 +25,7 @@ WATCHED = (k.NODES, k.PODS, k.QUEUES, k.PODGROUPS, k.PRIORITY_CLASSES, k.TOPOLOG
 class SnapshotterSettings(ServiceSettings, frozen=True, kw_only=True):
     scheduler_name: str = "shoal-scheduler"
     shards: tuple[str, ...] = ()  # always publish these; shards with nodes are found by themselves
+    shard_prefix: str = ""  # only node pools whose name starts with this (several Shoals on one cluster)
     period_s: float = 1.0
     heartbeat_s: float = 10.0
 
@@ -49,7 +50,7 @@ def build(settings: SnapshotterSettings) -> web.Application:
             holder["s"] = app["snapshotter"] = Snapshotter(
                 mirror=mirror, store=SnapshotStore(redis, ClusterSnapshot, retain_s=settings.redis.snapshot_retain_s),
                 inflight=InFlight(redis), bus=bus, metrics=metrics, scheduler_name=settings.scheduler_name,
-                shards=settings.shards, period_s=settings.period_s, heartbeat_s=settings.heartbeat_s,
+                shards=settings.shards, shard_prefix=settings.shard_prefix, period_s=settings.period_s, heartbeat_s=settings.heartbeat_s,
                 topic_prefix=prefix)
             app["mirror"] = mirror
             readiness.add("synced", mirror.synced)

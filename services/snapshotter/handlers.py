@@ -43,6 +43,7 @@ class Snapshotter:
     metrics: Metrics
     scheduler_name: str = "shoal-scheduler"
     shards: tuple[str, ...] = ()
+    shard_prefix: str = ""
     period_s: float = 1.0
     heartbeat_s: float = 10.0
     topic_prefix: str = ""
@@ -75,7 +76,8 @@ class Snapshotter:
 
     async def publish_all(self) -> None:
         objects = list(self.mirror.all())
-        for shard in sorted(set(self.shards) | set(shards_of(objects))):
+        found = [s for s in shards_of(objects) if s.startswith(self.shard_prefix)]
+        for shard in sorted(set(self.shards) | set(found)):
             await self.publish(shard, objects)
 
     async def publish(self, shard: str, objects: list[dict]) -> None:

@@ -18,6 +18,7 @@ COMMANDS = {
     "events": "shoal.cli.events",
     "explain": "shoal.cli.explain",
     "queues": "shoal.cli.queues",
+    "demo": "shoal.cli.demo",
 }
 
 

@@ -1,0 +1,20 @@
+"""The README's main command: `shoal demo` schedules its workload through every service and says so."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def test_demo_shows_the_gang_outcomes(stack):
+    env = {**os.environ, **stack.env()}
+    proc = subprocess.run([sys.executable, "-m", "shoal.cli.main", "demo", "--exit-when-done", "--timeout", "120"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "unschedulable shoal-demo/gang-of-5  PodSchedulingErrors: Resources were found for 4 pods while 5 " \
+           "are required for gang scheduling" in proc.stdout
+    bound = [line for line in proc.stdout.splitlines() if " bound " in line and "shoal-demo/gang-of-3-" in line]
+    assert len(bound) == 3, proc.stdout
+    assert "gang-of-3 bound whole" in proc.stderr
