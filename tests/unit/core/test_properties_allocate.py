@@ -59,51 +59,59 @@ def clusters(draw):
 
 
 def _check_no_overcommit(snap, plan):
+    """Now: running pods (releasing included) + binds fit. Later: what stays + binds + pipelined fit."""
     nodes = {n.name: n for n in snap.nodes}
     pods = {p.key: p for p in snap.pods}
-    gpus = defaultdict(int)
-    cpu = defaultdict(int)
-    slots = defaultdict(int)
-    group_use = defaultdict(int)
-    groups_on = defaultdict(set)
-    future_gpus = defaultdict(int)
-    future_cpu = defaultdict(int)
+    evicted = {op.pod for op in plan.ops if isinstance(op, Evict)}
+    now_gpus, now_cpu, slots = defaultdict(int), defaultdict(int), defaultdict(int)
+    later_gpus, later_cpu = defaultdict(int), defaultdict(int)
+    now_groups, later_groups = defaultdict(set), defaultdict(set)
+    group_now, group_later = defaultdict(int), defaultdict(int)
+
+    def frac(p):
+        return p.fraction.portion_milli
+
     for p in snap.pods:
         if p.node_name is None:
             continue
-        cpu[p.node_name] += p.cpu_milli
-        slots[p.node_name] += 1
-        gpus[p.node_name] += p.gpus
-        if not p.deleting:
-            future_gpus[p.node_name] += p.gpus
-            future_cpu[p.node_name] += p.cpu_milli
+        n = p.node_name
+        stays = not p.deleting and p.key not in evicted
+        now_cpu[n] += p.cpu_milli
+        now_gpus[n] += p.gpus
+        slots[n] += 1
+        if stays:
+            later_cpu[n] += p.cpu_milli
+            later_gpus[n] += p.gpus
         for g in p.gpu_groups:
-            groups_on[p.node_name].add(g)
-            group_use[(p.node_name, g)] += p.fraction.portion_milli
+            now_groups[n].add(g)
+            group_now[(n, g)] += frac(p)
+            if stays:
+                later_groups[n].add(g)
+                group_later[(n, g)] += frac(p)
     for op in plan.ops:
-        if isinstance(op, Evict):  # core II: an evicted pod's resources are released for what is pipelined
-            future_gpus[op.node] -= pods[op.pod].gpus
-            future_cpu[op.node] -= pods[op.pod].cpu_milli
         if isinstance(op, Reserve):
             slots[op.node] += 1
-        if isinstance(op, (Bind, Pipeline)):
-            p = pods[op.pod]
-            future_cpu[op.node] += p.cpu_milli
-            future_gpus[op.node] += p.gpus
-            if isinstance(op, Bind):
-                cpu[op.node] += p.cpu_milli
-                gpus[op.node] += p.gpus
-                slots[op.node] += 1
+        if not isinstance(op, (Bind, Pipeline)):
+            continue
+        p = pods[op.pod]
+        later_cpu[op.node] += p.cpu_milli
+        later_gpus[op.node] += p.gpus
+        for g in op.gpu_groups:
+            later_groups[op.node].add(g)
+            group_later[(op.node, g)] += frac(p)
+        if isinstance(op, Bind):
+            now_cpu[op.node] += p.cpu_milli
+            now_gpus[op.node] += p.gpus
+            slots[op.node] += 1
             for g in op.gpu_groups:
-                if isinstance(op, Bind):
-                    groups_on[op.node].add(g)
-                    group_use[(op.node, g)] += p.fraction.portion_milli
+                now_groups[op.node].add(g)
+                group_now[(op.node, g)] += frac(p)
     for name, n in nodes.items():
-        assert cpu[name] <= n.cpu_milli and future_cpu[name] <= n.cpu_milli
-        assert slots[name] <= n.pods
-        assert gpus[name] + len(groups_on[name]) <= n.gpus
-        assert future_gpus[name] + len(groups_on[name]) <= n.gpus
-    for key, used in group_use.items():
+        assert now_cpu[name] <= n.cpu_milli and later_cpu[name] <= n.cpu_milli, name
+        assert slots[name] <= n.pods, name
+        assert now_gpus[name] + len(now_groups[name]) <= n.gpus, name
+        assert later_gpus[name] + len(later_groups[name]) <= n.gpus, name
+    for key, used in (*group_now.items(), *group_later.items()):
         assert used <= 1000, key
 
 

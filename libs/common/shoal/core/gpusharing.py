@@ -36,6 +36,49 @@ def has_fitting_group(node: NodeState, share: int) -> bool:
     return False
 
 
+def fraction_fit(node: NodeState, share: int, devices: int, spread: bool) -> tuple[int, bool, bool, int] | None:
+    """Cheap twin of `pick_groups` for the node search, without building ids.
+
+    Returns (new groups opened, pipelined, has an existing fitting group, free milli on the node's GPUs)
+    or None when the fraction does not fit; follows exactly the candidate order of `pick_groups`.
+    """
+    if share > DEVICE_MILLI or share <= 0:
+        return None
+    e_idle = e_rel = 0
+    free_milli = node.idle_gpus * DEVICE_MILLI
+    for g in node.groups.values():
+        free = DEVICE_MILLI - g.used
+        free_milli += free
+        if g.members > 0 and g.active_members <= 0:
+            continue
+        if share <= free:
+            if g.pipelined:
+                e_rel += 1
+            else:
+                e_idle += 1
+        elif share <= free + g.releasing:
+            e_rel += 1
+    idle_new = min(max(node.idle_gpus, 0), devices)
+    rel_new = min(max(node.rel_gpus, 0), devices)
+    if e_idle + e_rel + idle_new + rel_new < devices:
+        return None
+    need = devices
+    new = 0
+    pipelined = False
+    for rel, existing, fresh in ((False, e_idle, idle_new), (True, e_rel, rel_new)):
+        if need == 0:
+            break
+        first, second = (fresh, existing) if spread else (existing, fresh)
+        a = min(first, need)
+        need -= a
+        b = min(second, need)
+        need -= b
+        new += a if spread else b
+        if rel and (a or b):
+            pipelined = True
+    return new, pipelined, e_idle + e_rel > 0, free_milli
+
+
 def pick_groups(node: NodeState, task: Task, strategy: str) -> tuple[list[GroupPick], bool] | None:
     """The groups a fraction takes on `node` and whether it must be pipelined; None if it does not fit."""
     share = task.device_milli(node)

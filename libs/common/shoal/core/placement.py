@@ -14,7 +14,7 @@ compares (summed score, placement rank, name) directly, which gives the same ord
 from __future__ import annotations
 
 from shoal.core import reasons
-from shoal.core.gpusharing import has_fitting_group, pick_groups
+from shoal.core.gpusharing import fraction_fit, pick_groups
 from shoal.core.model import Node, NodeSelectorRequirement, Pod
 from shoal.core.session import DEVICE_MILLI, NodeState, Session, Task
 from shoal.core.statement import GroupPick
@@ -172,48 +172,73 @@ def find_node(session: Session, nodes: NodeFilter, task: Task) -> Placement | No
     cpu_only = g == 0 and not frac
     strategy = cfg.cpu_placement if cpu_only else cfg.gpu_placement
     spread = strategy == "spread"
+    sharing_order = frac and not spread
+    devices = task.devices
     nominated = task.pod.nominated_node
-    best_key = None
-    best: Placement | None = None
+    best_ns: NodeState | None = None
+    best_score = -1
+    best_rank = 0.0
+    best_pipe = False
+    # a perfect binpack hit (fits idle, nothing freer can beat it) ends the scan early
+    perfect_score = SCORE_AVAILABLE + (SCORE_SHARING if sharing_order else 0)
     for ns in cands:
-        if g > ns.idle_gpus + ns.rel_gpus or c > ns.idle_cpu + ns.rel_cpu or m > ns.idle_mem + ns.rel_mem:
+        ig = ns.idle_gpus
+        if g > ig + ns.rel_gpus:
             continue
-        picks: list[GroupPick] = []
-        pipelined = g > ns.idle_gpus or c > ns.idle_cpu or m > ns.idle_mem
+        ic, im = ns.idle_cpu, ns.idle_mem
+        if c > ic + ns.rel_cpu or m > im + ns.rel_mem:
+            continue
+        pipelined = g > ig or c > ic or m > im
         score = 0
+        slots = 1
         if frac:
-            got = pick_groups(ns, task, cfg.gpu_placement)
-            if got is None:
+            share = task.device_milli(ns)
+            if share is None:
                 continue
-            picks, frac_pipe = got
+            fit = fraction_fit(ns, share, devices, spread)
+            if fit is None:
+                continue
+            new, frac_pipe, has_existing, free = fit
+            slots += new
             pipelined = pipelined or frac_pipe
-            if cfg.gpu_placement != "spread" and has_fitting_group(ns, task.device_milli(ns) or 0):
+            if sharing_order and has_existing:
                 score += SCORE_SHARING
-        slots = 1 + sum(1 for p in picks if p.new)
-        if slots > ns.idle_pods + ns.rel_pods:
-            continue
-        if slots > ns.idle_pods:
+        elif cpu_only:
+            free = ic
+        else:
+            free = ig
+        ip = ns.idle_pods
+        if slots > ip:
+            if slots > ip + ns.rel_pods:
+                continue
             pipelined = True
         if not pipelined:
             score += SCORE_AVAILABLE
+        node = ns.node
+        if cpu_only and node.gpus == 0:
+            score += SCORE_RESOURCE_TYPE
         if nominated is not None and nominated == ns.name:
             score += SCORE_NOMINATED
-        node = ns.node
-        if cpu_only:
-            if node.gpus == 0:
-                score += SCORE_RESOURCE_TYPE
-            free = ns.idle_cpu
-            rank = (free / node.cpu_milli if node.cpu_milli else 0.0) if spread else -free
+        if spread:
+            total = node.cpu_milli if cpu_only else node.gpus * (DEVICE_MILLI if frac else 1)
+            rank = free / total if total else 0.0
         else:
-            free = ns.idle_gpus * DEVICE_MILLI
-            for grp in ns.groups.values():
-                free += DEVICE_MILLI - grp.used
-            rank = (free / (node.gpus * DEVICE_MILLI) if node.gpus else 0.0) if spread else -free
-        key = (score, rank, -ns.index)
-        if best_key is None or key > best_key:
-            best_key = key
-            best = Placement(ns, picks, pipelined)
-    return best
+            rank = -free
+        if score > best_score or (score == best_score and rank > best_rank):
+            best_ns, best_score, best_rank, best_pipe = ns, score, rank, pipelined
+            if not spread and nominated is None and not cpu_only and score == perfect_score:
+                if (frac and free <= 0) or (not frac and free == g):
+                    break
+    if best_ns is None:
+        return None
+    picks: list[GroupPick] = []
+    if frac:
+        got = pick_groups(best_ns, task, cfg.gpu_placement)
+        if got is None:  # pragma: no cover - fraction_fit and pick_groups agree
+            return None
+        picks, frac_pipe = got
+        best_pipe = best_pipe or frac_pipe
+    return Placement(best_ns, picks, best_pipe)
 
 
 def fit_error(session: Session, nodes: NodeFilter, task: Task) -> str:

@@ -120,6 +120,7 @@ class Statement:
 
     def _place(self, task: Task, node: NodeState, picks, pipelined: bool) -> Op:
         op = Op("pipeline" if pipelined else "allocate", task, node)
+        prev = (task.status, task.node, task.groups)  # a re-placed victim goes back to releasing on undo
         new_count = sum(1 for p in picks if p.new)
         ci, cr = _take(node.idle_cpu, node.rel_cpu, task.cpu, pipelined)
         mi, mr = _take(node.idle_mem, node.rel_mem, task.mem, pipelined)
@@ -166,14 +167,14 @@ class Statement:
         task.groups = tuple(p.group_id for p in picks)
         op.groups = task.groups
         op.new_groups = tuple(new_groups)
-        op.undo = (ci, cr, mi, mr, pi, pr, gi, gr, tuple(group_undo))
+        op.undo = (ci, cr, mi, mr, pi, pr, gi, gr, tuple(group_undo), prev)
         self.session.account(task, +1)
         self.log.append(op)
         return op
 
     def _undo_allocate(self, op: Op) -> None:
         task, node = op.task, op.node
-        ci, cr, mi, mr, pi, pr, gi, gr, group_undo = op.undo
+        ci, cr, mi, mr, pi, pr, gi, gr, group_undo, prev = op.undo
         node.idle_cpu += ci
         node.rel_cpu += cr
         node.idle_mem += mi
@@ -195,9 +196,7 @@ class Statement:
                 g.members -= 1
                 g.active_members -= 1
         self.session.account(task, -1)
-        task.status = 0
-        task.node = None
-        task.groups = ()
+        task.status, task.node, task.groups = prev
 
     # ---- evict ---------------------------------------------------------------------------------------
     def evict(self, task: Task, action: str = "", by: str = "", message: str = "") -> Op:
