@@ -118,3 +118,12 @@ def test_pipeline_lasts_until_the_next_plan():
     assert again[1]["status"]["nominatedNodeName"] == "n1"
     dropped = _apply(again, make_plan(3, [], []), 3, "2026-01-01T00:00:02Z")
     assert "nominatedNodeName" not in dropped[1]["status"]
+
+
+def test_objects_without_creation_time_get_the_start_time():
+    docs = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+             "spec": {"schedulerName": "kai-scheduler", "containers": [{}]}}]
+    result = simulate(docs, cycles=2, now="2026-05-05T05:05:05Z")
+    stamps = {d["kind"]: d["metadata"]["creationTimestamp"] for d in result.documents}
+    assert stamps == {"Pod": "2026-05-05T05:05:05Z", "PodGroup": "2026-05-05T05:05:05Z"}
+    assert docs[0]["metadata"] == {"name": "p", "namespace": "ns"}  # the caller's documents are not touched

@@ -7,7 +7,8 @@ cycle binds or re-pipelines them (a pod the next cycle leaves pending loses it),
 disappear and an evicted pod with a controller owner comes back as a new pending pod named
 `<pod>-r<cycle>`; PodGroup annotations and scheduling conditions from the plan are written back; the
 clock advances by `schedulePeriod` (SchedulerConfig, default 1s).
-Before the first cycle the workloads that have no pods get them (`expand_workloads`), and pods that
+Before the first cycle the workloads that have no pods get them (`expand_workloads`), objects
+without a creationTimestamp get the start time (as the apiserver would stamp them), and pods that
 name no PodGroup get the podgrouper's (written back, as the podgrouper service would).
 """
 
@@ -76,13 +77,23 @@ def _run_core(snapshot, timer: Timer) -> tuple[Plan, float, dict[str, float]]:
     return plan, timings.snapshot_build_ms, durations
 
 
-def _materialize_groups(docs: list[dict], ingest: IngestResult) -> None:
+def _stamp_creation(docs: Sequence[object], now: str) -> None:
+    """Objects without metadata.creationTimestamp get `now`, as the apiserver stamps them on creation."""
+    for doc in docs:
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        if isinstance(meta, dict) and not meta.get("creationTimestamp"):
+            meta["creationTimestamp"] = now
+
+
+def _materialize_groups(docs: list[dict], ingest: IngestResult, now: str) -> None:
     """Write the podgrouper's PodGroups and pod annotations/labels back into the documents."""
     present = {_kind_key(d) for d in docs}
     for key in sorted(ingest.generated_podgroups):
         manifest = ingest.generated_podgroups[key]
         if ("PodGroup", key) not in present:
-            docs.append(copy.deepcopy(manifest))
+            created = copy.deepcopy(manifest)
+            _stamp_creation([created], now)
+            docs.append(created)
     for doc in docs:
         if doc.get("kind") != "Pod":
             continue
@@ -169,6 +180,7 @@ def simulate(documents: Sequence[Mapping], *, cycles: int = 1, now: str | None =
     valid = [d for d in docs if isinstance(d, dict)]
     docs = docs + expand_workloads(valid)
     current = now or default_now(docs)
+    _stamp_creation(docs, current)
     result = SimulationResult()
     for cycle in range(1, cycles + 1):
         started = clock()
@@ -178,7 +190,7 @@ def simulate(documents: Sequence[Mapping], *, cycles: int = 1, now: str | None =
             result.problems = ingest.problems
             result.documents = docs
             return result
-        _materialize_groups(docs, ingest)
+        _materialize_groups(docs, ingest, current)
         plan, session_ms, actions = _run_core(ingest.snapshot, clock)
         finished = clock()
         result.cycles.append(CycleRecord(cycle=cycle, plan=plan, snapshot_build_ms=(built - started) * 1000 + session_ms,
