@@ -21,6 +21,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.nodeagent.binding import RESERVE_ANNOTATION
+from services.nodeagent.cache import ClusterCache
 from services.nodeagent.config import NodeAgentSettings
 from services.nodeagent.fake_backend import FakeInventory, gpus_for_node
 from services.nodeagent.handlers import (
@@ -38,7 +39,7 @@ from services.nodeagent.telemetry import GpuUsage, TelemetryCollector
 from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import Publisher, ensure_topics
-from shoal.adapters.kube import connect_kube
+from shoal.adapters.kube import Kube, connect_kube
 from shoal.errors import ShoalError
 from shoal.logging import get_logger
 from shoal.messages.base import new_meta
@@ -47,7 +48,7 @@ from shoal.metrics import Metrics
 
 log = get_logger(__name__)
 COMPONENT = "shoal-nodeagent"
-AGENT = web.AppKey("nodeagent", object)
+AGENT: web.AppKey[NodeAgentApp] = web.AppKey("nodeagent")
 MERGE = "application/merge-patch+json"
 SIMULATED_MEMORY = "shoal.io/simulated-gpu-memory-mib"  # fake backend: a process using this much per GPU
 SIMULATED_UTIL = "run.ai/simulated-gpu-utilization"  # fake-gpu-operator's "lo-hi" percent; the midpoint is used
@@ -84,8 +85,10 @@ class NodeAgentApp:
         publisher: Any | None = None,
         metrics: Metrics | None = None,
         inventories: dict[str, GpuInventory] | None = None,
+        cache: ClusterCache | None = None,
     ) -> None:
         self.settings = settings
+        self.cache = cache  # None: list nodes and pods each tick (tests drive ticks this way)
         self.core = client.CoreV1Api(api)
         self.publisher = publisher
         self.metrics = metrics or Metrics()
@@ -113,6 +116,8 @@ class NodeAgentApp:
         return list(body.get("items") or [])
 
     async def nodes(self) -> list[NodeView]:
+        if self.cache is not None:
+            return self.cache.node_views()
         if self.settings.all_fake_nodes:
             items = await self._list(self.core.list_node, label_selector=self.settings.fake_node_selector)
             return sorted((node_view(i) for i in items), key=lambda n: n.name)
@@ -120,6 +125,8 @@ class NodeAgentApp:
         return [node_view(await resp.json())]
 
     async def pods_on(self, node: str) -> list[PodView]:
+        if self.cache is not None:
+            return self.cache.pods_on(node)
         items = await self._list(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
         return [pod_view(i) for i in items]
 
@@ -214,8 +221,11 @@ class NodeAgentApp:
         for note in result.notes:
             log.info("node_note", node=node.name, note=note)
         for a in result.annotate:
-            await self.core.patch_namespaced_pod(
-                a.name, a.namespace, {"metadata": {"annotations": {a.key: a.value}}}, _content_type=MERGE)
+            resp = await self.core.patch_namespaced_pod(
+                a.name, a.namespace, {"metadata": {"annotations": {a.key: a.value}}}, _content_type=MERGE,
+                _preload_content=False)
+            if self.cache is not None:
+                self.cache.put_pod(await resp.json())  # write-through: the next tick sees it
             log.info("gpu_assigned", node=node.name, pod=f"{a.namespace}/{a.name}", annotation=a.key,
                      gpu=a.value)
         for event in result.events:
@@ -312,7 +322,8 @@ def build(settings: NodeAgentSettings) -> web.Application:
                 publisher = candidate
             except ShoalError as exc:
                 log.error("telemetry_disabled", error=str(exc))
-        agent = NodeAgentApp(settings, api, publisher=publisher, metrics=metrics)
+        cache = ClusterCache(Kube(api, request_timeout_s=settings.kube.request_timeout_s), settings)
+        agent = NodeAgentApp(settings, api, publisher=publisher, metrics=metrics, cache=cache)
         readiness.add("first_tick", lambda: agent.ready)
         app[AGENT] = agent
         try:
@@ -324,9 +335,15 @@ def build(settings: NodeAgentSettings) -> web.Application:
                     await publisher.stop()
             await api.close()
 
+    async def watch(app: web.Application) -> None:
+        await app[AGENT].cache.run()
+
     async def loop(app: web.Application) -> None:
-        await app[AGENT].run(asyncio.Event())
+        agent = app[AGENT]
+        await agent.cache.wait_synced()
+        await agent.run(asyncio.Event())
 
     app.cleanup_ctx.append(agent_ctx)
+    app.cleanup_ctx.append(background("nodeagent_watch", watch))
     app.cleanup_ctx.append(background("nodeagent_loop", loop))
     return app
