@@ -9,7 +9,8 @@ Each directory holds manifests (every *.yaml except expect.yaml / config.yaml) a
     unschedulable (a list: [] = none; else each item must match one entry by podGroup or
     podGroupPrefix, with reason / message / messageStartsWith / messageContains),
     notUnschedulable [groups], notUnschedulablePrefix [prefixes], queues {q: {gpu: {fairShare: 7}}},
-  final: pods {pod: {phase, node, nominatedNode}}, podGroups {group: {running, pending, pipelined}}.
+  final: pods {pod: {phase, node, nominatedNode}}, podGroups {group: {running, pending, pipelined}},
+    annotations {group: {key: value}} (PodGroup annotations the plan wrote back).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def run_simulate(directory: Path, expect: dict, capsys) -> dict:
     return json.loads(out)
 
 
-def reserve_counts(directory: Path, expect: dict) -> list[int]:
-    """Reserve operations per cycle, from the same simulation the CLI runs."""
+def direct_simulation(directory: Path, expect: dict):
+    """The same simulation the CLI runs, for what its JSON does not show (Reserve ops, annotations)."""
     docs, _ = load_documents([str(p) for p in manifest_files(directory)])
     config = None
     if expect.get("config"):
@@ -57,7 +58,16 @@ def reserve_counts(directory: Path, expect: dict) -> list[int]:
         config = config[0]
     result = simulate(docs, cycles=expect.get("cycles", 1), now=expect.get("now"), config_doc=config)
     assert not result.problems, result.problems
-    return [len(c.plan.of(Reserve)) for c in result.cycles]
+    return result
+
+
+def check_annotations(documents: list[dict], wanted: dict) -> None:
+    groups = {f"{d['metadata'].get('namespace') or 'default'}/{d['metadata']['name']}": d
+              for d in documents if d.get("kind") == "PodGroup"}
+    for group, annotations in wanted.items():
+        have = groups[group]["metadata"].get("annotations") or {}
+        for key, value in annotations.items():
+            assert have.get(key) == value, (group, key, have)
 
 
 def _match_group(entry: dict, want: dict) -> bool:
@@ -144,14 +154,17 @@ def test_scenario(directory: Path, capsys) -> None:
     output = run_simulate(directory, expect, capsys)
     cycles = output["cycles"]
     assert [c["cycle"] for c in cycles] == list(range(1, expect.get("cycles", 1) + 1))
-    needs_reserves = any("reserveOps" in c for c in expect.get("checks", ()))
-    reserves = reserve_counts(directory, expect) if needs_reserves else []
+    needs_direct = any("reserveOps" in c for c in expect.get("checks", ())) or "annotations" in expect.get("final", {})
+    direct = direct_simulation(directory, expect) if needs_direct else None
+    reserves = [len(c.plan.of(Reserve)) for c in direct.cycles] if direct is not None else []
     for check in expect.get("checks", ()):
         which = check.get("cycle", 1)
         indexes = range(len(cycles)) if which == "all" else [len(cycles) - 1 if which == "last" else which - 1]
         for i in indexes:
             check_cycle(cycles[i], check, reserves[i] if reserves else None)
     check_final(output["final"], expect.get("final", {}))
+    if direct is not None:
+        check_annotations(direct.documents, expect.get("final", {}).get("annotations", {}))
 
 
 def test_every_scenario_has_checks() -> None:
