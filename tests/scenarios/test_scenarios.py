@@ -64,9 +64,9 @@ def direct_simulation(directory: Path, expect: dict):
 def check_annotations(documents: list[dict], wanted: dict) -> None:
     groups = {f"{d['metadata'].get('namespace') or 'default'}/{d['metadata']['name']}": d
               for d in documents if d.get("kind") == "PodGroup"}
-    for group, annotations in wanted.items():
+    for group, expected in wanted.items():
         have = groups[group]["metadata"].get("annotations") or {}
-        for key, value in annotations.items():
+        for key, value in expected.items():
             assert have.get(key) == value, (group, key, have)
 
 
