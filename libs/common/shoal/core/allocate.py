@@ -179,6 +179,7 @@ def allocate_job(ctx: Context, job: Job, tasks: list[Task]) -> bool:
                 op.task.status = PIPELINED
                 for gid, _index in op.new_groups:
                     op.node.groups[gid].pipelined = True
+                session.dirty.append(op.node.index)
     ctx.accept(stmt.commit())
     return True
 

@@ -13,6 +13,8 @@ compares (summed score, placement rank, name) directly, which gives the same ord
 
 from __future__ import annotations
 
+import heapq
+
 from shoal.core import reasons
 from shoal.core.gpusharing import fraction_fit, pick_groups
 from shoal.core.model import Node, NodeSelectorRequirement, Pod
@@ -128,6 +130,7 @@ class NodeFilter:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._cache: dict[tuple, tuple[list[NodeState], dict[str, int]]] = {}
+        self.rankings: dict[tuple, object] = {}
 
     def candidates(self, task: Task) -> tuple[list[NodeState], dict[str, int]]:
         sig = static_signature(task)
@@ -163,82 +166,127 @@ def dynamic_reason(task: Task, ns: NodeState) -> str:
     return reasons.NODE_PODS
 
 
-def find_node(session: Session, nodes: NodeFilter, task: Task) -> Placement | None:
-    """The best node for `task` now, or None."""
-    cands, _ = nodes.candidates(task)
-    cfg = session.config
+def _node_key(task: Task, ns: NodeState, spread: bool) -> tuple[int, float, bool] | None:
+    """(summed score without nominatednode, placement rank, pipelined) of a node for a task; None if it cannot fit."""
     g, c, m = task.gpus, task.cpu, task.mem
-    frac = task.is_fraction
-    cpu_only = g == 0 and not frac
-    strategy = cfg.cpu_placement if cpu_only else cfg.gpu_placement
-    spread = strategy == "spread"
-    sharing_order = frac and not spread
-    devices = task.devices
-    nominated = task.pod.nominated_node
-    best_ns: NodeState | None = None
-    best_score = -1
-    best_rank = 0.0
-    best_pipe = False
-    # a perfect binpack hit (fits idle, nothing freer can beat it) ends the scan early
-    perfect_score = SCORE_AVAILABLE + (SCORE_SHARING if sharing_order else 0)
-    for ns in cands:
-        ig = ns.idle_gpus
-        if g > ig + ns.rel_gpus:
-            continue
-        ic, im = ns.idle_cpu, ns.idle_mem
-        if c > ic + ns.rel_cpu or m > im + ns.rel_mem:
-            continue
-        pipelined = g > ig or c > ic or m > im
-        score = 0
-        slots = 1
-        if frac:
-            share = task.device_milli(ns)
-            if share is None:
-                continue
-            fit = fraction_fit(ns, share, devices, spread)
-            if fit is None:
-                continue
-            new, frac_pipe, has_existing, free = fit
-            slots += new
-            pipelined = pipelined or frac_pipe
-            if sharing_order and has_existing:
-                score += SCORE_SHARING
-        elif cpu_only:
-            free = ic
-        else:
-            free = ig
-        ip = ns.idle_pods
-        if slots > ip:
-            if slots > ip + ns.rel_pods:
-                continue
-            pipelined = True
-        if not pipelined:
-            score += SCORE_AVAILABLE
-        node = ns.node
-        if cpu_only and node.gpus == 0:
-            score += SCORE_RESOURCE_TYPE
-        if nominated is not None and nominated == ns.name:
-            score += SCORE_NOMINATED
-        if spread:
-            total = node.cpu_milli if cpu_only else node.gpus * (DEVICE_MILLI if frac else 1)
-            rank = free / total if total else 0.0
-        else:
-            rank = -free
-        if score > best_score or (score == best_score and rank > best_rank):
-            best_ns, best_score, best_rank, best_pipe = ns, score, rank, pipelined
-            if not spread and nominated is None and not cpu_only and score == perfect_score:
-                if (frac and free <= 0) or (not frac and free == g):
-                    break
-    if best_ns is None:
+    ig = ns.idle_gpus
+    if g > ig + ns.rel_gpus:
         return None
-    picks: list[GroupPick] = []
+    ic, im = ns.idle_cpu, ns.idle_mem
+    if c > ic + ns.rel_cpu or m > im + ns.rel_mem:
+        return None
+    pipelined = g > ig or c > ic or m > im
+    score = 0
+    slots = 1
+    frac = task.devices > 0
+    cpu_only = g == 0 and not frac
     if frac:
-        got = pick_groups(best_ns, task, cfg.gpu_placement)
+        share = task.device_milli(ns)
+        if share is None:
+            return None
+        fit = fraction_fit(ns, share, task.devices, spread)
+        if fit is None:
+            return None
+        new, frac_pipe, has_existing, free = fit
+        slots += new
+        pipelined = pipelined or frac_pipe
+        if has_existing and not spread:
+            score += SCORE_SHARING
+    elif cpu_only:
+        free = ic
+    else:
+        free = ig
+    ip = ns.idle_pods
+    if slots > ip:
+        if slots > ip + ns.rel_pods:
+            return None
+        pipelined = True
+    if not pipelined:
+        score += SCORE_AVAILABLE
+    node = ns.node
+    if cpu_only and node.gpus == 0:
+        score += SCORE_RESOURCE_TYPE
+    if spread:
+        total = node.cpu_milli if cpu_only else node.gpus * (DEVICE_MILLI if frac else 1)
+        rank = free / total if total else 0.0
+    else:
+        rank = float(-free)
+    return score, rank, pipelined
+
+
+class _Ranking:
+    """Fitting nodes of one request signature in a heap, refreshed from the session's dirty-node log."""
+
+    __slots__ = ("heap", "stamps", "seen")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, float, int, int, bool]] = []
+        self.stamps: dict[int, int] = {}
+        self.seen = 0
+
+
+def _placement_on(session: Session, ns: NodeState, task: Task, pipelined: bool) -> Placement | None:
+    picks: list[GroupPick] = []
+    if task.devices > 0:
+        got = pick_groups(ns, task, session.config.gpu_placement)
         if got is None:  # pragma: no cover - fraction_fit and pick_groups agree
             return None
         picks, frac_pipe = got
-        best_pipe = best_pipe or frac_pipe
-    return Placement(best_ns, picks, best_pipe)
+        pipelined = pipelined or frac_pipe
+    return Placement(ns, picks, pipelined)
+
+
+def find_node(session: Session, nodes: NodeFilter, task: Task) -> Placement | None:
+    """The best node for `task` now, or None.
+
+    Scores depend only on the request signature and the node's state, so each signature keeps a heap
+    of node keys; only nodes the statement changed since the last query are re-scored.
+    """
+    cands, _ = nodes.candidates(task)
+    cfg = session.config
+    cpu_only = task.gpus == 0 and task.devices == 0
+    spread = (cfg.cpu_placement if cpu_only else cfg.gpu_placement) == "spread"
+    nominated = task.pod.nominated_node
+    rk_key = request_signature(task)
+    rk = nodes.rankings.get(rk_key)
+    dirty = session.dirty
+    if rk is None:
+        rk = _Ranking()
+        heap = rk.heap
+        for ns in cands:
+            rk.stamps[ns.index] = 0
+            key = _node_key(task, ns, spread)
+            if key is not None:
+                heap.append((-key[0], -key[1], ns.index, 0, key[2]))
+        heapq.heapify(heap)
+        rk.seen = len(dirty)
+        nodes.rankings[rk_key] = rk
+    elif rk.seen < len(dirty):
+        stamps = rk.stamps
+        all_nodes = session.nodes
+        for idx in set(dirty[rk.seen :]):
+            stamp = stamps.get(idx)
+            if stamp is None:
+                continue  # statically infeasible for this signature
+            stamp += 1
+            stamps[idx] = stamp
+            key = _node_key(task, all_nodes[idx], spread)
+            if key is not None:
+                heapq.heappush(rk.heap, (-key[0], -key[1], idx, stamp, key[2]))
+        rk.seen = len(dirty)
+    if nominated is not None:
+        ns = session.node_by_name.get(nominated)
+        if ns is not None and ns.index in rk.stamps:
+            key = _node_key(task, ns, spread)
+            if key is not None:
+                return _placement_on(session, ns, task, key[2])
+    heap, stamps = rk.heap, rk.stamps
+    while heap and heap[0][3] != stamps[heap[0][2]]:
+        heapq.heappop(heap)
+    if not heap:
+        return None
+    top = heap[0]
+    return _placement_on(session, session.nodes[top[2]], task, top[4])
 
 
 def fit_error(session: Session, nodes: NodeFilter, task: Task) -> str:

@@ -191,7 +191,7 @@ class Session:
         self.queues: dict[str, QueueState] = {}
         self.jobs: dict[str, Job] = {}
         self.orphan_pods: list[Pod] = []  # pending pods with no PodGroup
-        self.gang_tasks: list[Task] = []  # every task of every job
+        self.dirty: list[int] = []  # indices of nodes changed by the statement, in order (node index)
         self._build_queues(snapshot.queues)
         self._build_jobs(snapshot)
         self._place_pods(snapshot)

@@ -90,6 +90,7 @@ class Statement:
                 op.undo[0].kind = "allocate"
                 for gid, _index in op.undo[0].new_groups:
                     op.node.groups[gid].pipelined = False
+                self.session.dirty.append(op.node.index)
             else:
                 self._undo_allocate(op)
         if self.fail_cache:
@@ -169,6 +170,7 @@ class Statement:
         op.new_groups = tuple(new_groups)
         op.undo = (ci, cr, mi, mr, pi, pr, gi, gr, tuple(group_undo), prev)
         self.session.account(task, +1)
+        self.session.dirty.append(node.index)
         self.log.append(op)
         return op
 
@@ -197,6 +199,7 @@ class Statement:
                 g.active_members -= 1
         self.session.account(task, -1)
         task.status, task.node, task.groups = prev
+        self.session.dirty.append(node.index)
 
     # ---- evict ---------------------------------------------------------------------------------------
     def evict(self, task: Task, action: str = "", by: str = "", message: str = "") -> Op:
@@ -227,11 +230,13 @@ class Statement:
         task.status = RELEASING
         self.session.account(task, -1)
         self.fail_cache.clear()
+        self.session.dirty.append(node.index)
         self.log.append(op)
         return op
 
     def _undo_evict(self, op: Op) -> None:
         task, node = op.task, op.node
+        self.session.dirty.append(node.index)
         node.rel_cpu -= task.cpu
         node.rel_mem -= task.mem
         node.rel_pods -= 1
@@ -255,6 +260,7 @@ class Statement:
                 op.task.status = PIPELINED
                 for gid, _index in op.new_groups:
                     op.node.groups[gid].pipelined = True
+                self.session.dirty.append(op.node.index)
                 marker = Op("convert", op.task, op.node)
                 marker.undo = (op,)
                 self.log.append(marker)
