@@ -36,8 +36,8 @@ rawObjects and config.actions. Understood kinds:
     StatefulSet, JobSet, LeaderWorkerSet, PyTorchJob/TFJob/MPIJob/XGBoostJob/JAXJob, RayCluster/
     RayJob): a workload with no pods in the input gets its pods as its controller would create
     them (Job: <job>-<i> x parallelism; Deployment/ReplicaSet/StatefulSet: <name>-<i> x replicas),
-  and one SchedulerConfig (apiVersion shoal.io/v1alpha1, here or via --config, which wins): spec.placementStrategy
-    {{gpu, cpu}}, actions, minRuntime {{preemptMinRuntime, reclaimMinRuntime}}, kValue, usage
+  and one SchedulerConfig (apiVersion shoal.io/v1alpha1, here or via --config, which wins):
+    spec.placementStrategy {{gpu, cpu}}, actions, minRuntime {{preemptMinRuntime, reclaimMinRuntime}}, kValue, usage
     {{queue: {{gpu, cpu, memory}}}}, reservationNamespace, schedulerNames, schedulePeriod (default 1s).
 Other kinds (ConfigMap, Service, ...) are ignored; a document without `kind` is an error.
 Pods without a PodGroup are grouped by the podgrouper rules (Job: pg-<job>-<uid>, min member from
