@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Literal
 
@@ -9,14 +10,19 @@ from aiohttp import web
 
 from services.binder.handlers import Binder
 from shoal.adapters import kube as k
+from shoal.adapters.dedup import SeenIds
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
 from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.errors import PermanentError, TransientError
+from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.plan import PlanIssued
 from shoal.metrics import Metrics
 from shoal.settings import ServiceSettings
+
+log = get_logger("services.binder")
 
 
 class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
@@ -24,6 +30,8 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     reservation_timeout_s: float = 40.0
     eviction_mode: Literal["evict", "delete"] = "evict"
     group_id: str = "shoal-binder"
+    reservation_sync_s: float = 10.0  # how often idle reservation pods are looked for
+    reservation_grace_s: float = 30.0  # a reservation pod younger than this is never released
 
 
 def build(settings: BinderSettings) -> web.Application:
@@ -40,10 +48,12 @@ def build(settings: BinderSettings) -> web.Application:
         async with Publisher(settings.kafka) as bus:
             readiness.add("kafka", bus.ready)
             binder = Binder(kube=k.Kube(api, request_timeout_s=settings.kube.request_timeout_s),
-                            inflight=InFlight(redis), redis=redis, bus=bus, metrics=metrics, topic_prefix=prefix,
+                            inflight=InFlight(redis), seen=SeenIds(redis, consumer=prefix + "binder"), bus=bus, metrics=metrics, topic_prefix=prefix,
                             reservation_namespace=settings.reservation_namespace,
                             reservation_timeout_s=settings.reservation_timeout_s,
-                            eviction_mode=settings.eviction_mode)
+                            eviction_mode=settings.eviction_mode,
+                            reservation_grace_s=settings.reservation_grace_s)
+            app["binder"] = binder
             consumer = Consumer(settings.kafka, [topics.PLANS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=PlanIssued, handler=binder.on_plan, metrics=metrics)
             app["consumer"] = consumer
@@ -55,4 +65,14 @@ def build(settings: BinderSettings) -> web.Application:
 
     app.cleanup_ctx.append(wiring)
     app.cleanup_ctx.append(background("binder", lambda app: app["consumer"].run()))
+
+    async def reservation_sync(app: web.Application) -> None:
+        while True:
+            await asyncio.sleep(settings.reservation_sync_s)
+            try:
+                await app["binder"].sync_reservations()
+            except (TransientError, PermanentError) as exc:
+                log.warning("reservation_sync_failed", error=str(exc))
+
+    app.cleanup_ctx.append(background("reservation-sync", reservation_sync))
     return app

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from services.binder import kubeobjects as ko
+from services.binder.reservations import stale_reservations
 from shoal.adapters import kube as k
-from shoal.adapters import redis_keys
+from shoal.adapters.dedup import SeenIds
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.core.plan import (
@@ -45,7 +47,7 @@ CORE_EVENTS = k.Resource("", "v1", "events", "Event")
 class Binder:
     kube: k.Kube
     inflight: InFlight
-    redis: object
+    seen: SeenIds
     bus: Publisher
     metrics: Metrics
     topic_prefix: str = ""
@@ -53,7 +55,7 @@ class Binder:
     reservation_timeout_s: float = 40.0
     eviction_mode: str = "evict"  # evict (Eviction API, PDBs respected) | delete (KAI's behaviour)
     event_dedupe_s: float = 60.0
-    seen_ttl_s: int = 3600
+    reservation_grace_s: float = 30.0
     _events: dict[tuple, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -65,12 +67,11 @@ class Binder:
 
     # ---- plan ------------------------------------------------------------------------------------
     async def on_plan(self, plan: PlanIssued, delivery: Delivery) -> None:
-        seen = redis_keys.seen("binder", plan.plan_id)
-        if await self.redis.exists(seen):
-            return
+        if await self.seen.contains(plan.plan_id):
+            return  # a redelivery of a plan applied in full already
         for op in plan.ops:
             await self.apply(plan, op)
-        await self.redis.set(seen, b"1", ex=self.seen_ttl_s)
+        await self.seen.mark(plan.plan_id)
 
     async def apply(self, plan: PlanIssued, op) -> None:
         if isinstance(op, Bind):
@@ -151,7 +152,7 @@ class Binder:
         namespace, name = ko.split(op.pod)
         await self._apply_configmap(ko.fraction_configmap(pod, uuids, op.fraction or ""))
         await self.kube.patch(k.PODS, name, {"metadata": {
-            "labels": ko.gpu_group_labels(op.gpu_groups),
+            "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
             "annotations": {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type}}}, namespace=namespace)
 
     async def ensure_reservation(self, node: str, group: str, *, wait: bool = False) -> str:
@@ -176,6 +177,19 @@ class Binder:
                 raise TimeoutError("Reached timeout while waiting for GPU reservation pod to be allocated "
                                    f"({ns}/{name} on node {node})")
             await asyncio.sleep(0.2)
+
+    async def sync_reservations(self) -> int:
+        """Delete the reservation pods of shared GPUs no pod uses any more; returns how many."""
+        reservations, _ = await self.kube.list(k.PODS, namespace=self.reservation_namespace,
+                                               label_selector=f"app={ko.RESERVATION_APP}")
+        shared, _ = await self.kube.list(k.PODS, label_selector=f"{ko.SHARED_LABEL}=true")
+        stale = stale_reservations(reservations, shared, await self.inflight.groups_in_flight(),
+                                   datetime.now(UTC), self.reservation_grace_s)
+        for pod in stale:
+            await self._delete_quietly(f"{self.reservation_namespace}/{pod['metadata']['name']}")
+            log.info("reservation_pod_released", pod=pod["metadata"]["name"],
+                     gpu_group=pod["metadata"]["labels"].get(ko.GPU_GROUP_LABEL))
+        return len(stale)
 
     async def _apply_configmap(self, cm: dict) -> None:
         meta = cm["metadata"]

@@ -12,6 +12,7 @@ RESERVE_ANNOTATION = "run.ai/reserve_for_gpu_index"
 RECEIVED_TYPE_ANNOTATION = "received-resource-type"
 SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
 RESERVATION_APP = "kai-resource-reservation"
+SHARED_LABEL = "shoal.io/gpu-shared"  # on every fractional pod the binder binds (reservation GC selects on it)
 COMPONENT = "shoal-scheduler"
 
 

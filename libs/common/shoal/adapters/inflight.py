@@ -45,3 +45,11 @@ class InFlight:
         if not fields:
             return 0
         return int(await self._redis.hdel(redis_keys.inflight(shard), *fields))
+
+    async def groups_in_flight(self) -> set[str]:
+        """The shared-GPU groups of every shard's in-flight binds (their reservation pods must stay)."""
+        groups: set[str] = set()
+        async for key in self._redis.scan_iter(match=redis_keys.inflight_pattern(), count=100):
+            for raw in (await self._redis.hgetall(key)).values():
+                groups.update(_decoder.decode(raw).gpu_groups)
+        return groups

@@ -55,3 +55,25 @@ def seen(consumer: str, message_id: str) -> str:
 def lease(name: str) -> str:
     """A named lease (holder id, with a TTL)."""
     return _key("lease", name)
+
+
+def inflight_pattern() -> str:
+    """SCAN pattern matching every shard's in-flight hash."""
+    return f"{PREFIX}:inflight:*"
+
+
+def usage_meta(shard: str) -> str:
+    """Allocation history of a shard (time-based fair share): hash {params (JSON UsageParams), last (epoch s of
+    the newest sample)}."""
+    return _key("usage-meta", shard)
+
+
+def usage_index(shard: str) -> str:
+    """Allocation history of a shard: sorted set of the bucket starts (epoch s) held; old ones trimmed."""
+    return _key("usage-index", shard)
+
+
+def usage_bucket(shard: str, start_s: int) -> str:
+    """One time bucket of a shard's allocation history: hash {seconds, cap:<resource>, q:<queue>:<resource>}
+    holding amount·seconds integrals; expires after the window."""
+    return _key("usage-bucket", shard, start_s)

@@ -1,0 +1,49 @@
+"""Which reservation pods to release (pure): a shared GPU's reservation pod lives while some pod of its
+group is pending or running, or a bind into the group is still in flight; otherwise it is deleted with
+grace 0 (KAI's binder sync, reference §5.3 "Lifecycle", scenario S34)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+GPU_GROUP_LABEL = "runai-gpu-group"
+ACTIVE_PHASES = ("Pending", "Running", "")
+
+
+def groups_of(pod: dict) -> set[str]:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    found = {v for k, v in labels.items() if k == GPU_GROUP_LABEL or k.startswith(GPU_GROUP_LABEL + "/")}
+    return {g for g in found if g}
+
+
+def active_groups(pods: Iterable[dict]) -> set[str]:
+    out: set[str] = set()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase", "") in ACTIVE_PHASES:
+            out |= groups_of(pod)
+    return out
+
+
+def _age_s(pod: dict, now: datetime) -> float:
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not created:
+        return 0.0
+    return (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+
+
+def stale_reservations(reservation_pods: Iterable[dict], shared_pods: Iterable[dict], inflight_groups: set[str],
+                       now: datetime, grace_s: float = 30.0) -> list[dict]:
+    """Reservation pods whose group has no active pod and no bind in flight, older than `grace_s`."""
+    keep = active_groups(shared_pods) | inflight_groups
+    out = []
+    for pod in reservation_pods:
+        mine = groups_of(pod)
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        if mine and not mine & keep and _age_s(pod, now) >= grace_s:
+            out.append(pod)
+    return sorted(out, key=lambda p: p["metadata"]["name"])
