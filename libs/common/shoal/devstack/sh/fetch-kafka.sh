@@ -30,7 +30,7 @@ cat > "$DIR/pom.xml" <<POM
 </project>
 POM
 echo "kafka $V: fetching jars from Maven Central"
-mvn -q -B -f "$DIR/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
+mvn -q -B -Dstyle.color=never -f "$DIR/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
   org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
   -DincludeScope=runtime -DoutputDirectory="$DIR/libs.tmp"
 rm -rf "$DIR/libs"; mv "$DIR/libs.tmp" "$DIR/libs"
