@@ -1,0 +1,113 @@
+"""Wiring of the admission service: the HTTPS webhook server next to the plain health/metrics server, the
+Kubernetes client (RuntimeClass and Queue reads) and, when asked, self-registration of the webhooks."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated
+
+from aiohttp import web
+from msgspec import Meta
+
+from services.admission import registration
+from services.admission.certs import TlsFiles, self_signed
+from services.admission.handlers import Admission, RuntimeClassLookup
+from shoal.adapters import kube as k
+from shoal.adapters.http import Readiness, build_app
+from shoal.logging import get_logger
+from shoal.metrics import Metrics
+from shoal.settings import Port, Section, ServiceSettings
+
+log = get_logger("services.admission")
+
+
+class WebhookSettings(Section, frozen=True, kw_only=True):
+    host: str = "127.0.0.1"  # SHOAL_WEBHOOK_HOST (0.0.0.0 in a cluster)
+    port: Port = 8443  # SHOAL_WEBHOOK_PORT; 0 picks a free port
+    tls_cert_file: str = ""  # SHOAL_WEBHOOK_TLS_CERT_FILE; unset: a self-signed CA + cert in cert_dir
+    tls_key_file: str = ""
+    tls_ca_file: str = ""  # CA for the caBundle when registering with given files
+    cert_dir: str = ""  # where self-signed material goes (default: a temp dir)
+    register: bool = False  # SHOAL_WEBHOOK_REGISTER: create the webhook configurations (local stack, tests)
+    unregister_on_exit: bool = True
+    url_host: str = "127.0.0.1"  # the host the apiserver calls (url: https://<url_host>:<port>/...)
+    config_name: str = "shoal-admission"
+    namespace_selector: str = ""  # `k=v,...`: only pods in namespaces with these labels
+    queue_selector: str = ""  # `k=v,...`: only queues with these labels
+    timeout_s: Annotated[int, Meta(ge=1, le=30)] = 5
+
+    def problems(self) -> list[str]:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            return ["SHOAL_WEBHOOK_TLS_CERT_FILE and SHOAL_WEBHOOK_TLS_KEY_FILE: set both or neither"]
+        if self.register and self.tls_cert_file and not self.tls_ca_file:
+            return ["SHOAL_WEBHOOK_TLS_CA_FILE: required to register the webhooks with given certificate files"]
+        return []
+
+
+class AdmissionSettings(ServiceSettings, frozen=True, kw_only=True):
+    scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
+    gpu_sharing: bool = True  # SHOAL_GPU_SHARING: false rejects every fraction pod (KAI's default)
+    runtime_class: str = "nvidia"  # SHOAL_RUNTIME_CLASS: injected into fraction pods if it exists; "" disables
+    webhook: WebhookSettings = WebhookSettings()
+
+
+def tls_files(settings: WebhookSettings) -> TlsFiles:
+    if settings.tls_cert_file:
+        return TlsFiles(cert=Path(settings.tls_cert_file), key=Path(settings.tls_key_file),
+                        ca=Path(settings.tls_ca_file) if settings.tls_ca_file else None)
+    directory = Path(settings.cert_dir) if settings.cert_dir else Path(tempfile.mkdtemp(prefix="shoal-admission-"))
+    hosts = tuple(dict.fromkeys((settings.url_host, "127.0.0.1", "localhost")))
+    return self_signed(directory, hosts)
+
+
+def build(settings: AdmissionSettings) -> web.Application:
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
+    hook = settings.webhook
+
+    async def wiring(app: web.Application) -> AsyncIterator[None]:
+        files = tls_files(hook)
+        api = await k.connect_kube(settings.kube)
+        kube = k.Kube(api, request_timeout_s=min(settings.kube.request_timeout_s, max(hook.timeout_s - 1, 1)))
+
+        async def list_queues() -> list[dict]:
+            return (await kube.list(k.QUEUES))[0]
+
+        admission = Admission(metrics=metrics, runtime_class_exists=RuntimeClassLookup(kube),
+                              list_queues=list_queues, gpu_sharing=settings.gpu_sharing,
+                              runtime_class=settings.runtime_class, scheduler_names=settings.scheduler_names)
+        webhooks = web.Application()
+        admission.routes(webhooks)
+        runner = web.AppRunner(webhooks, handle_signals=False, access_log=None)
+        await runner.setup()
+        registered = False
+        try:
+            site = web.TCPSite(runner, hook.host, hook.port, ssl_context=files.server_context())
+            await site.start()
+            port = runner.addresses[0][1]
+            log.info("webhook_serving", host=hook.host, port=port, gpu_sharing=settings.gpu_sharing,
+                     runtime_class=settings.runtime_class)
+            if hook.register:
+                mutating, validating = registration.configurations(
+                    hook.config_name, f"https://{hook.url_host}:{port}", files.ca_bundle(),
+                    timeout_s=hook.timeout_s, scheduler_names=settings.scheduler_names,
+                    namespace_selector=hook.namespace_selector, queue_selector=hook.queue_selector)
+                await registration.register(kube, mutating, validating)
+                registered = True
+                log.info("webhooks_registered", name=hook.config_name, port=port)
+            readiness.add("webhook", lambda: True)
+            yield
+        finally:
+            if registered and hook.unregister_on_exit:
+                try:
+                    await registration.unregister(kube, hook.config_name)
+                    log.info("webhooks_unregistered", name=hook.config_name)
+                except Exception as exc:  # shutting down: report, do not mask the original exit
+                    log.warning("webhooks_unregister_failed", error=f"{type(exc).__name__}: {exc}")
+            await runner.cleanup()
+            await api.close()
+
+    app.cleanup_ctx.append(wiring)
+    return app

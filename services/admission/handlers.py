@@ -1,0 +1,170 @@
+"""AdmissionReview in, AdmissionReview out: pods (validate, mutate) and queues (validate).
+
+Bad input never raises: a body that is not an AdmissionReview is answered with a denial that says what
+is wrong (HTTP 200, so the apiserver shows the message), and a cluster read that fails degrades to the
+safe answer (no runtimeClassName injected, with a warning; queue checks against what could be read).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from services.admission import translate as t
+from shoal.adapters import kube as k
+from shoal.errors import NotFoundError, ShoalError
+from shoal.logging import get_logger
+from shoal.metrics import Metrics
+
+log = get_logger("services.admission")
+
+RuntimeClassExists = Callable[[str], Awaitable[bool | None]]  # None: could not tell
+ListQueues = Callable[[], Awaitable[list[dict]]]
+
+
+def review_response(uid: str, *, allowed: bool, message: str = "", warnings: list[str] | None = None,
+                    patch: list[dict] | None = None, code: int = 403) -> dict:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        response["status"] = {"code": code, "message": message, "reason": "Forbidden" if code == 403 else "BadRequest"}
+    if warnings:
+        response["warnings"] = [w[:512] for w in warnings]
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def parse_review(body: bytes) -> tuple[dict | None, str, str]:
+    """(request, uid, problem): the AdmissionReview's request, or a problem to deny with."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, "", f"malformed AdmissionReview: not JSON ({exc})"
+    if not isinstance(doc, dict) or not isinstance(doc.get("request"), dict):
+        return None, "", "malformed AdmissionReview: no request object"
+    request = doc["request"]
+    uid = str(request.get("uid") or "")
+    if not uid:
+        return None, "", "malformed AdmissionReview: request.uid missing"
+    return request, uid, ""
+
+
+@dataclass
+class Admission:
+    metrics: Metrics
+    runtime_class_exists: RuntimeClassExists
+    list_queues: ListQueues
+    gpu_sharing: bool = True
+    runtime_class: str = "nvidia"
+    scheduler_names: tuple[str, ...] = ("shoal-scheduler",)
+    _reviews: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._reviews = self.metrics.counter("admission_reviews_total", "Admission reviews by hook and outcome.",
+                                             ["hook", "outcome"])
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/validate-pods", self._endpoint("validate-pods", self.validate_pod))
+        app.router.add_post("/mutate-pods", self._endpoint("mutate-pods", self.mutate_pod))
+        app.router.add_post("/validate-queues", self._endpoint("validate-queues", self.validate_queue))
+
+    def _endpoint(self, hook: str, handle: Callable[[dict, str], Awaitable[dict]]
+                  ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def endpoint(request: web.Request) -> web.Response:
+            body = await request.read()
+            review, uid, problem = parse_review(body)
+            started = time.monotonic()
+            if review is None:
+                answer = review_response(uid, allowed=False, message=problem, code=400)
+            else:
+                try:
+                    answer = await handle(review, uid)
+                except Exception as exc:  # never a 500 for one odd object: deny with the reason
+                    log.exception("admission_handler_failed", hook=hook, uid=uid)
+                    answer = review_response(uid, allowed=False, code=400,
+                                             message=f"shoal admission could not process the object: "
+                                                     f"{type(exc).__name__}: {exc}")
+            response = answer["response"]
+            outcome = "denied" if not response["allowed"] else ("warned" if response.get("warnings") else "allowed")
+            self._reviews.labels(hook=hook, outcome=outcome).inc()
+            log.info("admission_review", hook=hook, uid=uid, outcome=outcome,
+                     message=response.get("status", {}).get("message", ""),
+                     warnings=response.get("warnings", []), ms=round((time.monotonic() - started) * 1000, 1))
+            return web.json_response(answer)
+
+        return endpoint
+
+    def _ours(self, pod: Mapping) -> bool:
+        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+        return str(spec.get("schedulerName") or "") in self.scheduler_names
+
+    @staticmethod
+    def _object(review: dict, key: str = "object") -> dict:
+        obj = review.get(key)
+        return obj if isinstance(obj, dict) else {}
+
+    async def validate_pod(self, review: dict, uid: str) -> dict:
+        pod = self._object(review)
+        if not self._ours(pod):
+            return review_response(uid, allowed=True)
+        name = t.pod_display_name(pod, str(review.get("namespace") or ""), str(review.get("name") or ""))
+        denial = t.validate_pod(pod, gpu_sharing=self.gpu_sharing, display_name=name)
+        return review_response(uid, allowed=denial is None, message=denial or "")
+
+    async def mutate_pod(self, review: dict, uid: str) -> dict:
+        pod = self._object(review)
+        if not self._ours(pod) or not self.runtime_class or not t.is_sharing_request(pod):
+            return review_response(uid, allowed=True)
+        exists = await self.runtime_class_exists(self.runtime_class)
+        mutation = t.mutate_pod(pod, runtime_class=self.runtime_class, runtime_class_exists=bool(exists),
+                                gpu_sharing=self.gpu_sharing)
+        warnings = list(mutation.warnings)
+        if exists is None and warnings:
+            warnings = [f"could not read RuntimeClass {self.runtime_class!r}: runtimeClassName not injected"]
+        return review_response(uid, allowed=True, warnings=warnings, patch=mutation.patch)
+
+    async def validate_queue(self, review: dict, uid: str) -> dict:
+        operation = str(review.get("operation") or "CREATE")
+        queue, old = self._object(review), self._object(review, "oldObject") or None
+        try:
+            queues = await self.list_queues()
+        except ShoalError as exc:
+            log.warning("admission_queue_list_failed", error=str(exc))
+            queues = []
+            if operation == "DELETE":
+                return review_response(uid, allowed=True, warnings=[f"could not check child queues: {exc}"])
+        verdict = t.validate_queue(operation, queue, old, queues)
+        return review_response(uid, allowed=verdict.denial is None, message=verdict.denial or "",
+                               warnings=verdict.warnings)
+
+
+class RuntimeClassLookup:
+    """Does a RuntimeClass exist? Answers are cached for a few seconds; None when the API cannot say."""
+
+    def __init__(self, kube: k.Kube, ttl_s: float = 5.0) -> None:
+        self.kube = kube
+        self.ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, bool]] = {}
+
+    async def __call__(self, name: str) -> bool | None:
+        now = time.monotonic()
+        cached = self._cache.get(name)
+        if cached and now - cached[0] < self.ttl_s:
+            return cached[1]
+        try:
+            await self.kube.get(k.RUNTIME_CLASSES, name)
+            exists = True
+        except NotFoundError:
+            exists = False
+        except ShoalError as exc:
+            log.warning("admission_runtimeclass_lookup_failed", runtime_class=name, error=str(exc))
+            return None
+        self._cache[name] = (now, exists)
+        return exists

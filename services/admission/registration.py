@@ -1,0 +1,110 @@
+"""The webhook configurations the service registers itself (local stack, tests): pods (mutate, validate) and
+queues (validate), pointing at `url: https://<host>:<port>/<path>` with the CA as caBundle.
+
+Validation fails closed (failurePolicy Fail), mutation fails open (Ignore); pod hooks only see pods with
+Shoal's scheduler names (matchConditions) outside the system namespaces, optionally narrowed by a namespace
+label selector; the queue hook can be narrowed with an object label selector.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+
+from shoal.adapters import kube as k
+from shoal.errors import ConflictError, NotFoundError
+
+MUTATING = k.Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                      "MutatingWebhookConfiguration", namespaced=False)
+VALIDATING = k.Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                        "ValidatingWebhookConfiguration", namespaced=False)
+SYSTEM_NAMESPACES = ["kube-system", "kube-node-lease", "shoal-system", "kai-resource-reservation"]
+
+
+def match_labels(selector: str) -> dict[str, str]:
+    """`a=b,c=d` → {"a": "b", "c": "d"} (entries without '=' are ignored)."""
+    out = {}
+    for part in selector.split(","):
+        key, sep, value = part.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _pod_hook(name: str, url: str, ca: str, policy: str, timeout_s: int, scheduler_names: tuple[str, ...],
+              namespace_selector: str) -> dict:
+    selector: dict = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                            "values": SYSTEM_NAMESPACES}]}
+    if namespace_selector:
+        selector["matchLabels"] = match_labels(namespace_selector)
+    names = ", ".join(f"'{n}'" for n in scheduler_names)
+    return {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": policy,
+            "timeoutSeconds": timeout_s, "clientConfig": {"url": url, "caBundle": ca},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": selector,
+            "matchConditions": [{"name": "scheduled-by-shoal",
+                                 "expression": f"has(object.spec.schedulerName) && "
+                                               f"object.spec.schedulerName in [{names}]"}]}
+
+
+def configurations(name: str, base_url: str, ca_pem: bytes, *, timeout_s: int = 5,
+                   scheduler_names: tuple[str, ...] = ("shoal-scheduler",), namespace_selector: str = "",
+                   queue_selector: str = "") -> tuple[dict, dict]:
+    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) manifests."""
+    ca = base64.b64encode(ca_pem).decode()
+    meta = {"name": name, "labels": {"app.kubernetes.io/part-of": "shoal",
+                                     "app.kubernetes.io/component": "admission"}}
+    mutating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                "metadata": dict(meta),
+                "webhooks": [{**_pod_hook("pods.mutate.shoal.io", f"{base_url}/mutate-pods", ca, "Ignore",
+                                          timeout_s, scheduler_names, namespace_selector),
+                              "reinvocationPolicy": "Never"}]}
+    queue_hook: dict = {
+        "name": "queues.validate.shoal.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+        "failurePolicy": "Fail", "timeoutSeconds": timeout_s,
+        "clientConfig": {"url": f"{base_url}/validate-queues", "caBundle": ca},
+        "rules": [{"apiGroups": ["scheduling.run.ai"], "apiVersions": ["v2"],
+                   "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["queues"], "scope": "Cluster"}]}
+    if queue_selector:
+        queue_hook["objectSelector"] = {"matchLabels": match_labels(queue_selector)}
+    validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                  "metadata": dict(meta),
+                  "webhooks": [_pod_hook("pods.validate.shoal.io", f"{base_url}/validate-pods", ca, "Fail",
+                                         timeout_s, scheduler_names, namespace_selector), queue_hook]}
+    return mutating, validating
+
+
+async def apply(kube: k.Kube, resource: k.Resource, body: Mapping) -> None:
+    """Create, or replace what is there (re-read on conflict)."""
+    for _ in range(5):
+        try:
+            await kube.create(resource, body, idempotent=True)
+            return
+        except ConflictError:
+            pass
+        try:
+            current = await kube.get(resource, body["metadata"]["name"])
+        except NotFoundError:
+            continue
+        replacement = {**body, "metadata": {**body["metadata"],
+                                            "resourceVersion": current["metadata"]["resourceVersion"]}}
+        try:
+            await kube.replace(resource, replacement)
+            return
+        except (ConflictError, NotFoundError):
+            continue
+    raise ConflictError(f"could not register {resource.kind} {body['metadata']['name']}: kept conflicting")
+
+
+async def register(kube: k.Kube, mutating: dict, validating: dict) -> None:
+    await apply(kube, VALIDATING, validating)
+    await apply(kube, MUTATING, mutating)
+
+
+async def unregister(kube: k.Kube, name: str) -> None:
+    for resource in (MUTATING, VALIDATING):
+        try:
+            await kube.delete(resource, name)
+        except NotFoundError:
+            pass
