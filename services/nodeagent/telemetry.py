@@ -64,7 +64,7 @@ class TelemetryCollector(Collector):
     """Exposes the latest `GpuUsage` of each node served, plus kill/report counters, at scrape time.
 
     Device metrics follow dcgm-exporter: `DCGM_FI_DEV_FB_USED`/`_FB_FREE`/`_FB_TOTAL` (MiB),
-    `DCGM_FI_DEV_GPU_UTIL` (%), labels `gpu`, `UUID`, `modelName`, `Hostname` and `pod`/`namespace` of
+    `DCGM_FI_DEV_GPU_UTIL` (%), labels `gpu`, `UUID`, `device`, `modelName`, `Hostname` and `pod`/`namespace` of
     the pod holding the device. Per-pod shares: `DCGM_FI_DEV_FB_USED` is not split by the exporter, so
     they get `shoal_pod_gpu_memory_used_mib` etc. with the same labels.
     """
@@ -84,7 +84,7 @@ class TelemetryCollector(Collector):
         self._counts[key] = self._counts.get(key, 0) + 1
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        dev_labels = ["gpu", "UUID", "modelName", "Hostname", "namespace", "pod"]
+        dev_labels = ["gpu", "UUID", "device", "modelName", "Hostname", "namespace", "pod"]
         used = GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (MiB).", labels=dev_labels)
         free = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (MiB).", labels=dev_labels)
         total = GaugeMetricFamily("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (MiB).", labels=dev_labels)
@@ -104,7 +104,7 @@ class TelemetryCollector(Collector):
             index_of = {g.uuid: str(g.index) for g in usage.gpus}
             for g in usage.gpus:
                 ns, _, name = g.holder.partition("/")
-                labels = [str(g.index), g.uuid, g.name, node, ns, name]
+                labels = [str(g.index), g.uuid, f"nvidia{g.index}", g.name, node, ns, name]
                 used.add_metric(labels, g.memory_used_mib)
                 free.add_metric(labels, max(0, g.memory_total_mib - g.memory_used_mib))
                 total.add_metric(labels, g.memory_total_mib)
