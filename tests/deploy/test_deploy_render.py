@@ -185,3 +185,25 @@ def test_prod_scales_out(rendered: dict[str, Docs]) -> None:
     assert prod["shoal-admission"]["spec"]["replicas"] >= 2
     assert prod["shoal-snapshotter"]["spec"]["replicas"] == 1
     assert {"shoal-admission", "shoal-planner", "shoal-binder"} <= set(by_kind(rendered["prod"], "PodDisruptionBudget"))
+
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_rendered_environment_loads_as_service_settings(rendered: dict[str, Docs], overlay: str) -> None:
+    """What a pod's environment holds (ConfigMap + Secret + literal env) is valid for shoal.settings."""
+    import base64
+
+    from shoal.settings import ServiceSettings, load_settings
+
+    docs = rendered[overlay]
+    env = dict(by_kind(docs, "ConfigMap")["shoal-config"]["data"])
+    secret = by_kind(docs, "Secret").get("shoal-credentials")
+    if secret is not None:
+        env.update({k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()})
+    else:  # prod: created out of band with these keys (docs/deploy.md)
+        env.update({"SHOAL_KAFKA_SASL_PASSWORD": "secret", "SHOAL_REDIS_PASSWORD": "secret"})
+    for work in workloads(docs).values():
+        [c] = work["spec"]["template"]["spec"]["containers"]
+        pod_env = env | {e["name"]: e.get("value", "from-field") for e in c.get("env", [])}
+        settings = load_settings(ServiceSettings, pod_env)
+        assert settings.kube.in_cluster and settings.http.host == "0.0.0.0" and settings.http.port == 8080
+        assert settings.kafka.bootstrap == env["SHOAL_KAFKA_BOOTSTRAP"]
