@@ -57,6 +57,7 @@ class Binder:
     event_dedupe_s: float = 60.0
     reservation_grace_s: float = 30.0
     _events: dict[tuple, float] = field(default_factory=dict)
+    _queue_status: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -71,7 +72,21 @@ class Binder:
             return  # a redelivery of a plan applied in full already
         for op in plan.ops:
             await self.apply(plan, op)
+        await self.queue_statuses(plan)
         await self.seen.mark(plan.plan_id)
+
+    async def queue_statuses(self, plan: PlanIssued) -> None:
+        """Queue.status from the plan's figures, written only when it changed. Figures are per shard: a queue
+        used in several node pools shows the figures of the latest plan that involved it."""
+        for figures in plan.queues:
+            if not (figures.gpu.request or figures.cpu.request or figures.memory.request
+                    or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated):
+                continue
+            body = ko.queue_status(figures)
+            if self._queue_status.get(figures.name) == body:
+                continue
+            await self._quietly(self.kube.patch(k.QUEUES, figures.name, {"status": body}, subresource="status"))
+            self._queue_status[figures.name] = body
 
     async def apply(self, plan: PlanIssued, op) -> None:
         if isinstance(op, Bind):

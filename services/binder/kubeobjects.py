@@ -128,3 +128,31 @@ def core_event(kind: str, namespace: str, name: str, uid: str, reason: str, mess
             "reason": reason, "message": message[:1024], "type": event_type,
             "source": {"component": COMPONENT}, "reportingComponent": COMPONENT, "reportingInstance": COMPONENT,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+
+
+def _cpu(milli: int) -> str:
+    return "-1" if milli < 0 else f"{milli}m"
+
+
+def _list(cpu: int, memory: int, gpu: int) -> dict[str, str]:
+    return {"cpu": _cpu(cpu), "memory": str(memory) if memory >= 0 else "-1", "nvidia.com/gpu": _gpus(gpu)}
+
+
+def _spec_units(value: int, per_unit: int) -> float | int:
+    if value < 0:
+        return -1
+    number = value / per_unit
+    return int(number) if number == int(number) else round(number, 6)
+
+
+def queue_status(figures) -> dict:  # figures: shoal.core.plan.QueueFigures
+    """Queue.status from the planner's figures: KAI's allocated / allocatedNonPreemptible / requested
+    ResourceLists, plus Shoal's deserved, fairShare and effectiveLimit (in spec units: GPUs, millicores, MB)."""
+    def pick(attr: str) -> dict[str, str]:
+        return _list(getattr(figures.cpu, attr), getattr(figures.memory, attr), getattr(figures.gpu, attr))
+
+    return {"allocated": pick("allocated"), "allocatedNonPreemptible": pick("allocated_non_preemptible"),
+            "requested": pick("request"), "deserved": pick("deserved"), "fairShare": pick("fair_share"),
+            "effectiveLimit": {"gpu": _spec_units(figures.gpu.limit, 1000),
+                               "cpu": _spec_units(figures.cpu.limit, 1),
+                               "memory": _spec_units(figures.memory.limit, 1_000_000)}}

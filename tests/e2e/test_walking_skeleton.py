@@ -89,3 +89,28 @@ async def test_five_pod_gang_stays_pending_with_reason(shoal, kube, namespace, q
     pods = await pods_of(kube, namespace, "quint-")
     assert len(pods) == 5
     assert not any(p["spec"].get("nodeName") for p in pods), "no pod of an unsatisfiable gang may be bound"
+
+
+async def test_queue_status_shows_allocation_and_effective_limit(shoal, kube, namespace, node_pool, gpu_nodes):
+    from shoal.adapters.kube import QUEUES
+
+    await gpu_nodes(1, gpus=2)
+    name = f"qs-{node_pool}"
+    # gpu limit omitted: Shoal reads it as limit = quota (SPEC §2.1) and reports that as the effective limit
+    await kube.create(QUEUES, {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
+                               "spec": {"resources": {"gpu": {"quota": 2, "overQuotaWeight": 1},
+                                                      "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+                                                      "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}})
+    try:
+        await create_all(kube, gang(namespace, "duo", name, node_pool, size=2, min_member=2))
+
+        async def status():
+            q = await kube.get(QUEUES, name)
+            st = q.get("status") or {}
+            return st if st.get("allocated", {}).get("nvidia.com/gpu") == "2" else None
+
+        st = await eventually(status, timeout_s=90, what="the queue status to show 2 GPUs allocated")
+        assert st["effectiveLimit"]["gpu"] == 2
+        assert st["requested"]["nvidia.com/gpu"] == "2"
+    finally:
+        await kube.delete(QUEUES, name)
