@@ -1,4 +1,9 @@
-"""Snapshot announcement → per-queue deserved / fair share / allocated per resource, on Kafka and in Redis."""
+"""Snapshot announcement → per-queue deserved / fair share / allocated per resource, on Kafka and in Redis.
+
+Each snapshot is also one sample of the shard's allocation history (time-based fair share, SPEC §2.7): the
+figures are computed with the usage recorded so far (as the planner does), then what every queue holds now is
+added to the history (`shoal.adapters.usage_history`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from dataclasses import dataclass, field
 
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.adapters.usage_history import UsageHistory
 from shoal.core.context import Context
 from shoal.core.cycle import queue_figures
 from shoal.core.ingest import snapshot_from_objects
@@ -16,6 +22,7 @@ from shoal.messages.base import new_meta
 from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
 from shoal.metrics import Metrics
+from shoal.usage import UsageParams, epoch_seconds, sample_of, with_usage
 
 log = get_logger("services.fairshare")
 
@@ -29,6 +36,8 @@ class FairShare:
     bus: Publisher
     metrics: Metrics
     topic_prefix: str = ""
+    history: UsageHistory | None = None  # None: no time-based fair share
+    usage_params: UsageParams = UsageParams()
     last: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -38,6 +47,8 @@ class FairShare:
                                             ["shard", "queue", "resource"])
         self._allocated = self.metrics.gauge("queue_allocated", "Allocated per queue and resource.",
                                              ["shard", "queue", "resource"])
+        self._usage = self.metrics.gauge("queue_usage", "Normalised historical usage (0..1) per queue and "
+                                         "resource, from the allocation history.", ["shard", "queue", "resource"])
 
     async def on_snapshot(self, message: SnapshotPublished, delivery: Delivery) -> None:
         shard = message.shard
@@ -46,8 +57,15 @@ class FairShare:
         latest = await self.store.latest(shard)
         if latest is None or latest.revision <= self.last.get(shard, -1):
             return
-        result = snapshot_from_objects(latest.value.objects, now=latest.value.taken_at, revision=latest.revision)
-        figures = tuple(queue_figures(Context(Session(result.snapshot))))
+        at_s = epoch_seconds(latest.value.taken_at)
+        usage = await self.history.usage(shard, now_s=at_s) if self.history is not None else {}
+        result = snapshot_from_objects(latest.value.objects, now=latest.value.taken_at, revision=latest.revision,
+                                       config_doc=with_usage(None, usage))
+        ctx = Context(Session(result.snapshot))
+        figures = tuple(queue_figures(ctx))
+        if self.history is not None:
+            capacity = {"gpu": ctx.total.gpu_milli, "cpu": ctx.total.cpu_milli, "memory": ctx.total.memory_bytes}
+            await self.history.record(shard, sample_of(at_s, capacity, figures), self.usage_params)
         computed = FairShareComputed(meta=new_meta("fairshare", revision=latest.revision), shard=shard,
                                      revision=latest.revision, queues=figures)
         await self.results.put(shard, latest.revision, computed)
@@ -59,4 +77,5 @@ class FairShare:
                 self._share.labels(shard, q.name, res).set(f.fair_share / scale)
                 self._deserved.labels(shard, q.name, res).set(f.deserved / scale)
                 self._allocated.labels(shard, q.name, res).set(f.allocated / scale)
+                self._usage.labels(shard, q.name, res).set(usage.get(q.name, {}).get(res, 0.0))
         log.info("fairshare_published", shard=shard, revision=latest.revision, queues=len(figures))

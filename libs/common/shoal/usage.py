@@ -210,3 +210,22 @@ def with_usage(config_doc: Mapping | None, usage: Mapping[str, Mapping[str, floa
     spec["usage"] = {**section, **given}
     doc["spec"] = spec
     return doc
+
+
+def epoch_seconds(rfc3339: str | int | float) -> float:
+    """A snapshot's `taken_at` (RFC3339, or epoch seconds already) as epoch seconds."""
+    if isinstance(rfc3339, int | float):
+        return float(rfc3339)
+    from datetime import UTC, datetime
+
+    parsed = datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
+def sample_of(at_s: float, capacity: Mapping[str, float], figures: Iterable) -> Sample:
+    """A sample from the shard's capacity {gpu, cpu, memory} and the core's QueueFigures (allocated per
+    resource). Every queue is recorded, parents included (their allocation is rolled up, as KAI's metric)."""
+    allocated = {q.name: Amounts(gpu=q.gpu.allocated, cpu=q.cpu.allocated, memory=q.memory.allocated)
+                 for q in figures}
+    return Sample(at_s=at_s, capacity=Amounts(**{r: float(capacity.get(r, 0.0)) for r in RESOURCES}),
+                  allocated=allocated)
