@@ -15,6 +15,7 @@ from services.planner.translate import decisions, inflight_entries, overlay_infl
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.adapters.usage_history import UsageHistory
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest import snapshot_from_objects
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
@@ -24,6 +25,7 @@ from shoal.messages.base import new_meta
 from shoal.messages.plan import FairShareComputed, PlanIssued
 from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
 from shoal.metrics import Metrics
+from shoal.usage import epoch_seconds, with_usage
 
 log = get_logger("services.planner")
 
@@ -40,6 +42,7 @@ class Planner:
     inflight_ttl_s: float = 60.0
     fairshare_stale_revisions: int = 5
     config_doc: dict | None = None
+    history: UsageHistory | None = None  # the allocation history: time-based fair share (SPEC §2.7)
     last_planned: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -64,8 +67,9 @@ class Planner:
             return
         snap = latest.value
         objects = overlay_inflight(snap.objects, inflight, time.time())
+        usage = await self.history.usage(shard, now_s=epoch_seconds(snap.taken_at)) if self.history else {}
         result = snapshot_from_objects(objects, now=snap.taken_at, revision=latest.revision,
-                                       config_doc=self.config_doc)
+                                       config_doc=with_usage(self.config_doc, usage))
         for problem in result.problems:
             self._problems.labels(shard).inc()
             log.warning("snapshot_object_skipped", shard=shard, index=problem.index, field=problem.field,
