@@ -27,8 +27,8 @@ Preemptibility: owner or pod label `kai.scheduler/preemptibility`.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -59,12 +59,16 @@ LOOK_THROUGH = {"Workflow", "TrainJob", "DynamoGraphDeployment"}
 PER_POD_KINDS = {"Deployment", "ReplicaSet"}
 
 
-_UID_NAMESPACE = uuid.UUID("5f0b6a3e-2f5a-4d7e-9c1b-53686f616c00")
+_UID_NAMESPACE = bytes.fromhex("5f0b6a3e2f5a4d7e9c1b53686f616c00")
 
 
 def stable_uid(*parts: str) -> str:
-    """A deterministic UUID for objects that come without metadata.uid."""
-    return str(uuid.uuid5(_UID_NAMESPACE, "/".join(parts)))
+    """A deterministic UUID (RFC 4122 version 5) for objects that come without metadata.uid."""
+    digest = bytearray(hashlib.sha1(_UID_NAMESPACE + "/".join(parts).encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def object_uid(obj: Mapping, default_namespace: str = "default") -> str:

@@ -111,6 +111,8 @@ def fraction_of(annotations: Mapping[str, str], whole_gpus: int) -> tuple[Fracti
 
 
 def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:
+    if not spec.get("tolerations"):
+        return ()
     out = []
     for i, raw in enumerate(as_list(spec.get("tolerations"), "spec.tolerations")):
         tol = as_map(raw, f"spec.tolerations[{i}]")
@@ -120,6 +122,8 @@ def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:
 
 
 def _affinity_terms(spec: Mapping) -> tuple[NodeSelectorTerm, ...]:
+    if not spec.get("affinity"):
+        return ()
     affinity = as_map(spec.get("affinity"), "spec.affinity")
     node_affinity = as_map(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
     base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
@@ -141,6 +145,8 @@ def _affinity_terms(spec: Mapping) -> tuple[NodeSelectorTerm, ...]:
 
 
 def gpu_groups_of(labels: Mapping[str, str]) -> tuple[str, ...]:
+    if not any(key.startswith(LABEL_GPU_GROUP) for key in labels):
+        return ()
     groups = set()
     if labels.get(LABEL_GPU_GROUP):
         groups.add(labels[LABEL_GPU_GROUP])
