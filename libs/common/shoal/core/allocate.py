@@ -19,6 +19,7 @@ from __future__ import annotations
 from shoal.core import capacity, reasons
 from shoal.core.context import Context
 from shoal.core.ordering import (
+    DEFAULT_POLICY,
     JobQueue,
     Policy,
     active_in,
@@ -26,7 +27,7 @@ from shoal.core.ordering import (
     min_pods,
     subgroup_order,
 )
-from shoal.core.placement import fit_error, find_node, request_signature
+from shoal.core.placement import find_node, fit_error, request_signature
 from shoal.core.resources import Resources
 from shoal.core.session import ACTIVE, GATED, PENDING, PIPELINED, Job, SubGroupNode, Task
 
@@ -184,11 +185,10 @@ def allocate_job(ctx: Context, job: Job, tasks: list[Task]) -> bool:
     return True
 
 
-def run(ctx: Context, policy: Policy = Policy()) -> None:
+def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     session = ctx.session
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(tasks_to_allocate(j.root, policy)), policy)
-    for key in sorted(session.jobs):
-        job = session.jobs[key]
+    for job in session.pending_jobs:
         if _admit(ctx, job):
             jq.push(job)
     while True:

@@ -11,7 +11,7 @@ from shoal.core.fairshare import QueueUsage as ShareUsage
 from shoal.core.placement import NodeFilter
 from shoal.core.queue_order import record_allocation
 from shoal.core.resources import Resources
-from shoal.core.session import ACTIVE, PENDING, Job, Session, Task
+from shoal.core.session import Job, Session, Task
 from shoal.core.statement import Op, Statement
 
 
@@ -32,26 +32,7 @@ def _created_key(value: str | int) -> str:
 
 def queue_inputs(session: Session) -> list[QueueInput]:
     """The fairshare helper's inputs from the session: own (not rolled-up) request/allocated per queue."""
-    own: dict[str, list[list[int]]] = {name: [[0, 0, 0], [0, 0, 0], [0, 0, 0]] for name in session.queues}
-    for job in session.jobs.values():
-        acc = own.get(job.queue)
-        if acc is None:
-            continue
-        req, alloc, np = acc
-        for t in job.tasks:
-            st = t.status
-            if st == PENDING or st in ACTIVE:
-                req[0] += t.cpu
-                req[1] += t.mem
-                req[2] += t.gpu_fair
-            if st in ACTIVE:
-                alloc[0] += t.cpu
-                alloc[1] += t.mem
-                alloc[2] += t.gpu_fair
-                if not job.preemptible:
-                    np[0] += t.cpu
-                    np[1] += t.mem
-                    np[2] += t.gpu_fair
+    own = session.own
     usage = {u.queue: u for u in session.config.usage}
     out = []
     for name, qs in session.queues.items():

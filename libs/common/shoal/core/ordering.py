@@ -82,6 +82,9 @@ class Policy(NamedTuple):
     queue_compare: Callable[..., int] = compare_queues
 
 
+DEFAULT_POLICY = Policy()
+
+
 class JobQueue:
     """Pending jobs by leaf queue; `pop()` walks the queue tree picking the preferred child each level."""
 
@@ -90,12 +93,12 @@ class JobQueue:
         shares: dict[str, QueueShare],
         total: Resources,
         request_of: Callable[[Job], Resources],
-        policy: Policy = Policy(),
+        policy: Policy | None = None,
     ) -> None:
         self.shares = shares
         self.total = total
         self.request_of = request_of
-        self.policy = policy
+        self.policy = policy if policy is not None else DEFAULT_POLICY
         self.heaps: dict[str, list[tuple[tuple, int, Job]]] = {}
         self._seq = 0
         self._req: dict[str, Resources] = {}

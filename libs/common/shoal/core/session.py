@@ -145,8 +145,10 @@ class Job:
         self.priority = priority
         self.preemptible = preemptible
         self.tasks: list[Task] = []
-        self.root = SubGroupNode("", max(group.min_member, 0), group.min_subgroup)
-        self.created = epoch_of(group.created)
+        mm = group.min_member
+        self.root = SubGroupNode("", mm if mm > 0 else 0, group.min_subgroup)
+        c = group.created
+        self.created = float(c) if type(c) is int else epoch_of(c)
         self.error: str | None = None
         self.allocated_at_start = 0
 
@@ -192,7 +194,10 @@ class Session:
         self.jobs: dict[str, Job] = {}
         self.orphan_pods: list[Pod] = []  # pending pods with no PodGroup
         self.dirty: list[int] = []  # indices of nodes changed by the statement, in order (node index)
+        self.pending_jobs: list[Job] = []  # jobs with a pending or gated task, by key
         self._build_queues(snapshot.queues)
+        # own (not rolled-up) figures per queue: [request, allocated, allocated non-preemptible]
+        self.own: dict[str, list[list[int]]] = {n: [[0, 0, 0], [0, 0, 0], [0, 0, 0]] for n in self.queues}
         self._build_jobs(snapshot)
         self._place_pods(snapshot)
 
@@ -218,9 +223,16 @@ class Session:
     def _build_jobs(self, snapshot: Snapshot) -> None:
         classes = {c.name: c for c in snapshot.priority_classes}
         default = model.global_default_priority(classes)
+        values = {name: pc.value for name, pc in classes.items()}
+        fallback = default if default is not None else model.DEFAULT_PRIORITY
+        jobs = self.jobs
         for g in snapshot.pod_groups:
-            prio = model.resolve_priority(g, classes, default)
-            job = Job(g, prio, model.is_preemptible(g, prio))
+            prio = g.priority
+            if prio is None:
+                prio = values.get(g.priority_class_name, fallback)
+            pre = g.preemptibility
+            preemptible = prio < model.NON_PREEMPTIBLE_PRIORITY if not pre else pre == "preemptible"
+            job = Job(g, prio, preemptible)
             if g.subgroups:
                 nodes = {s.name: SubGroupNode(s.name, s.min_member, s.min_subgroup) for s in g.subgroups}
                 for s in g.subgroups:
@@ -228,54 +240,81 @@ class Session:
                     (parent or job.root).children.append(nodes[s.name])
                 for n in (job.root, *nodes.values()):
                     n.children.sort(key=lambda c: c.name)
-            self.jobs[g.key] = job
+            jobs[job.key] = job
 
     def _place_pods(self, snapshot: Snapshot) -> None:
+        """One pass over the pods: tasks, node occupancy, own per-queue request/allocated figures."""
         jobs = self.jobs
         nodes = self.node_by_name
         res_ns = self.config.reservation_namespace
         min_mem = self.min_gpu_mem
         max_mem = self.max_gpu_mem
+        own = self.own
+        pending_jobs: dict[str, Job] = {}
+        done = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
         for pod in snapshot.pods:
-            phase = pod.phase
-            if phase == model.PHASE_SUCCEEDED or phase == model.PHASE_FAILED:
+            if pod.phase in done:
                 continue
-            job = jobs.get(f"{pod.namespace}/{pod.pod_group}") if pod.pod_group else None
-            node = nodes.get(pod.node_name) if pod.node_name else None
-            if pod.node_name and node is None:
+            pg = pod.pod_group
+            job = jobs.get(f"{pod.namespace}/{pg}") if pg else None
+            node_name = pod.node_name
+            node = nodes.get(node_name) if node_name else None
+            if node_name and node is None:
                 continue  # on a node outside this shard / gone
             task = None
             if job is not None:
                 task = Task(pod, job)
-                if task.frac_mem is not None:
-                    task.gpu_fair = -(-task.frac_mem * DEVICE_MILLI // min_mem) * task.devices
-                    task.gpu_limit = -(-task.frac_mem * DEVICE_MILLI // max_mem) * task.devices
-                elif task.frac_milli is not None:
-                    task.gpu_fair = task.gpu_limit = task.frac_milli * task.devices
+                if pod.fraction is not None:
+                    if task.frac_mem is not None:
+                        task.gpu_fair = -(-task.frac_mem * DEVICE_MILLI // min_mem) * task.devices
+                        task.gpu_limit = -(-task.frac_mem * DEVICE_MILLI // max_mem) * task.devices
+                    elif task.frac_milli is not None:
+                        task.gpu_fair = task.gpu_limit = task.frac_milli * task.devices
                 job.tasks.append(task)
-                self._attach(job, task)
+                root = job.root
+                if root.children:
+                    self._attach(job, task)
+                else:
+                    root.tasks.append(task)
             if node is None:
-                if task is None and pod.managed:
-                    self.orphan_pods.append(pod)
-                elif task is not None and pod.gated:
+                if task is None:
+                    if pod.managed:
+                        self.orphan_pods.append(pod)
+                    continue
+                if pod.gated:
                     task.status = GATED
+                pending_jobs[job.key] = job
+                acc = own.get(job.queue)
+                if acc is not None and not pod.gated:
+                    req = acc[0]
+                    req[0] += task.cpu
+                    req[1] += task.mem
+                    req[2] += task.gpu_fair
                 continue
             self._occupy(node, pod, task, res_ns)
-        for job in jobs.values():
-            job.allocated_at_start = job.active_count()
-            q = self.queues.get(job.queue)
-            if q is None:
-                continue
-            for t in job.tasks:
-                if t.status in (PENDING, RUNNING):
-                    v = t.queue_vector()
-                    for qs in q.chain:
-                        r = qs.request
-                        r[0] += v[0]
-                        r[1] += v[1]
-                        r[2] += v[2]
-                if t.status == RUNNING:
-                    self.account(t, +1)
+            if task is not None and task.status == RUNNING:
+                job.allocated_at_start += 1
+                acc = own.get(job.queue)
+                if acc is not None:
+                    c, m, gf = task.cpu, task.mem, task.gpu_fair
+                    req, alloc, np = acc
+                    req[0] += c
+                    req[1] += m
+                    req[2] += gf
+                    alloc[0] += c
+                    alloc[1] += m
+                    alloc[2] += gf
+                    if not job.preemptible:
+                        np[0] += c
+                        np[1] += m
+                        np[2] += gf
+        self.pending_jobs = sorted(pending_jobs.values(), key=lambda j: j.key)
+        for name, (req, alloc, np) in own.items():
+            for qs in self.queues[name].chain:
+                for mine, theirs in ((qs.request, req), (qs.alloc, alloc), (qs.alloc_np, np)):
+                    mine[0] += theirs[0]
+                    mine[1] += theirs[1]
+                    mine[2] += theirs[2]
 
     def _attach(self, job: Job, task: Task) -> None:
         root = job.root
