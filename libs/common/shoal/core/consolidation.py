@@ -3,8 +3,9 @@
 Preemptors: pending, ready, PREEMPTIBLE jobs outside their preemption delay that pass the queue
 capacity checks, and only when the cluster's idle + releasing GPUs (whole GPUs plus free portions of
 shared GPUs) cover the job's GPU request. Victims: preemptible jobs of any queue with running pods, at
-most `ShardConfig.max_consolidation_preemptees` jobs (lowest priority, then newest first), moved one pod
-at a time. A scenario is accepted only when the job is placed AND every moved pod is re-placed
+most `ShardConfig.max_consolidation_preemptees` jobs (lowest priority, then newest first), moved in
+chunks: pods above an elastic job's minimum one at a time, then the job's core at once (a gang is never
+left below its minimum while its pods are recreated). A scenario is accepted only when the job is placed AND every moved pod is re-placed
 (pipelined) elsewhere; nothing is stranded. The moved pods are evicted with "Pod ns/p was preempted and
 rescheduled due to bin packing (resource consolidation) procedure"; their controllers recreate them and
 the next cycles place them. Disabled under the spread placement strategy or with 0 preemptees (cycle.py).
@@ -15,11 +16,11 @@ from __future__ import annotations
 from shoal.core import capacity
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
-from shoal.core.ordering import JobQueue, Policy, task_order_key
+from shoal.core.ordering import JobQueue, Policy
 from shoal.core.reclaim import record_delay
-from shoal.core.session import DEVICE_MILLI, RUNNING, Job, Task
+from shoal.core.session import DEVICE_MILLI, Job, Task
 from shoal.core.solver import VICTIM_BUDGET_EXHAUSTED, Budget, budget_message, commit, next_tasks, preemptor_candidates, solve
-from shoal.core.victims import Chunk, is_victim_candidate, victim_job_key
+from shoal.core.victims import Chunk, is_victim_candidate, job_chunks, victim_job_key
 
 NAME = "consolidation"
 
@@ -49,8 +50,7 @@ def victim_chunks(ctx: Context, job: Job) -> list[Chunk]:
     victims = victims[: max(session.config.max_consolidation_preemptees, 0)]
     out: list[Chunk] = []
     for v in victims:
-        running = sorted((t for t in v.tasks if t.status == RUNNING), key=task_order_key, reverse=True)
-        out.extend(Chunk(v, [t], core=False) for t in running)
+        out.extend(job_chunks(v))
     return out
 
 
