@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.nodeagent.binding import GpuBinding, attribute
+from services.nodeagent.binding import Claim, GpuBinding, assign_devices, attribute
 from services.nodeagent.inventory import GpuProcess
 from services.nodeagent.memory_policy import Kill, PolicyConfig, PolicyState, evaluate
 from services.nodeagent.procmap import ContainerRef
@@ -53,8 +53,6 @@ def test_kills_only_hit_known_over_share_or_borrowing_processes(specs, ticks, po
             else:
                 assert usage.used_mib > owner.mem_request_mib, "a reclaim victim is borrowing"
 
-
-from services.nodeagent.binding import Claim, assign_devices  # noqa: E402
 
 gpus_st = st.integers(1, 6).map(lambda n: [f"GPU-{i}" for i in range(n)])
 
