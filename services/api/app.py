@@ -1,0 +1,67 @@
+"""Wiring of the api service: the decision stream tailed into an index and a fan-out, Redis, the apiserver, HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from services.api.decisions import DecisionIndex, Hub, tail
+from services.api.handlers import Api
+from shoal.adapters import kube as k
+from shoal.adapters.http import Readiness, background, build_app
+from shoal.adapters.kafka import ensure_topics
+from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.messages import topics
+from shoal.metrics import Metrics
+from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings
+
+API = web.AppKey("api", Api)
+TAIL_READY = web.AppKey("tail_ready", asyncio.Event)
+
+
+class ApiSettings(ServiceSettings, frozen=True, kw_only=True):
+    backlog: PositiveInt = 5000  # decisions per partition read back at start to fill the index
+    index_subjects: PositiveInt = 50_000  # subjects (pods, pod groups) the index keeps
+    index_per_subject: PositiveInt = 20  # decisions kept per subject
+    recent: PositiveInt = 200  # decisions kept for the dashboard
+    heartbeat_s: PositiveFloat = 15.0  # SSE keepalive comment interval
+    sse_queue: PositiveInt = 1000  # events buffered per SSE client before its oldest are dropped
+
+
+def build(settings: ApiSettings) -> web.Application:
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
+    topic = topics.DECISIONS.full(settings.topic_prefix)
+    dropped = metrics.counter("api_sse_dropped_total", "Decisions dropped for SSE clients too slow to keep up.")
+    api = Api(index=DecisionIndex(per_subject=settings.index_per_subject, subjects=settings.index_subjects,
+                                  recent=settings.recent),
+              hub=Hub(settings.sse_queue, on_drop=dropped.inc), kafka=settings.kafka, topic=topic,
+              metrics=metrics, heartbeat_s=settings.heartbeat_s)
+    app[API] = api
+    app[TAIL_READY] = asyncio.Event()
+    api.routes(app)
+
+    async def wiring(app: web.Application) -> AsyncIterator[None]:
+        await ensure_topics(settings.kafka, [t.full(settings.topic_prefix) for t in topics.ALL],
+                            partitions=topics.SNAPSHOTS.partitions)
+        redis = connect_redis(settings.redis)
+        kube_api = await k.connect_kube(settings.kube)
+        api.redis, api.kube = redis, k.Kube(kube_api, request_timeout_s=settings.kube.request_timeout_s)
+        readiness.add("redis", lambda: redis_ready(redis))
+        readiness.add("decisions", app[TAIL_READY].is_set)
+        try:
+            yield
+        finally:
+            await kube_api.close()
+            await redis.aclose()
+
+    async def follow(app: web.Application) -> None:
+        await tail(settings.kafka, topic, index=api.index, hub=api.hub, backlog=settings.backlog,
+                   on_event=api.count, ready=app[TAIL_READY])
+
+    app.cleanup_ctx.append(wiring)
+    app.cleanup_ctx.append(background("decisions", follow))
+    app.on_shutdown.append(api.close)  # open event streams end, so shutdown does not wait for them
+    return app
