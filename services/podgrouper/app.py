@@ -1,0 +1,52 @@
+"""Wiring of the podgrouper: one pod watch per scheduler name, a few workers, the Kubernetes client, HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from aiohttp import web
+from msgspec import Meta
+
+from services.podgrouper.handlers import PodGrouper
+from shoal.adapters import kube as k
+from shoal.adapters.http import Readiness, background, build_app
+from shoal.metrics import Metrics
+from shoal.settings import ServiceSettings
+
+GROUPER = web.AppKey("podgrouper", PodGrouper)
+
+
+class PodGrouperSettings(ServiceSettings, frozen=True, kw_only=True):
+    scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
+    workers: Annotated[int, Meta(ge=1, le=64)] = 4  # SHOAL_WORKERS: pods grouped concurrently
+    retry_max_s: Annotated[float, Meta(gt=0)] = 30.0  # SHOAL_RETRY_MAX_S: backoff cap for unreadable owners
+
+    def problems(self) -> list[str]:
+        return [] if self.scheduler_names else ["SHOAL_SCHEDULER_NAMES: at least one scheduler name"]
+
+
+def build(settings: PodGrouperSettings) -> web.Application:
+    metrics, readiness = Metrics(), Readiness()
+    app = build_app(metrics=metrics, readiness=readiness)
+
+    async def wiring(app: web.Application) -> AsyncIterator[None]:
+        api = await k.connect_kube(settings.kube)
+        grouper = PodGrouper(kube=k.Kube(api, request_timeout_s=settings.kube.request_timeout_s), metrics=metrics,
+                             workers=settings.workers, retry_max_s=settings.retry_max_s)
+        app[GROUPER] = grouper
+        readiness.add("pods_listed", lambda: grouper.ready(settings.scheduler_names))
+        try:
+            yield
+        finally:
+            await api.close()
+
+    async def watch_all(app: web.Application) -> None:
+        grouper = app[GROUPER]
+        await asyncio.gather(grouper.work(), *(grouper.watch(name, settings.kube.watch_timeout_s)
+                                               for name in settings.scheduler_names))
+
+    app.cleanup_ctx.append(wiring)
+    app.cleanup_ctx.append(background("podgrouper", watch_all))
+    return app

@@ -1,0 +1,259 @@
+"""Pods in, PodGroups out: for each pod with Shoal's scheduler name, read its owner chain, group it with the
+pure rules (`shoal.core.podgrouper`), create or update the PodGroup, then annotate/label the pod.
+
+Idempotent (everything is compared first; re-running changes nothing), tolerant of 409 (re-read, compare
+again), safe to kill at any time (the next start re-lists every pod and converges). A pod whose owner cannot
+be read gets a `PodGrouperWarning` event and is retried with backoff; nothing else stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.podgrouper import translate as t
+from shoal.adapters import kube as k
+from shoal.adapters.kube_watch import ListWatch
+from shoal.core import podgrouper as rules
+from shoal.errors import ConflictError, NotFoundError, PermanentError, ShoalError, TransientError
+from shoal.logging import get_logger
+from shoal.metrics import Metrics
+
+log = get_logger("services.podgrouper")
+
+CORE_EVENTS = k.Resource("", "v1", "events", "Event")
+MAX_OWNER_DEPTH = 10
+
+
+class OwnerUnavailable(Exception):
+    """An owner in the chain cannot be read (not created yet, its CRD missing, no permission)."""
+
+
+@dataclass
+class PodGrouper:
+    kube: k.Kube
+    metrics: Metrics
+    workers: int = 4
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 30.0
+    priority_class_ttl_s: float = 30.0
+    event_dedupe_s: float = 300.0
+    latest: dict[str, dict] = field(default_factory=dict)  # pod key → the newest object seen
+    synced: set[str] = field(default_factory=set)  # scheduler names whose first list is in
+    _done: dict[str, str] = field(default_factory=dict)  # pod key → uid grouped by this process
+    _queue: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+    _queued: set[str] = field(default_factory=set)
+    _processing: set[str] = field(default_factory=set)
+    _again: set[str] = field(default_factory=set)
+    _attempts: dict[str, int] = field(default_factory=dict)
+    _retry_handles: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    _priority_classes: tuple[float, frozenset[str]] = (-1e9, frozenset())
+    _events: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        m = self.metrics
+        self._outcomes = m.counter("podgrouper_pods_total", "Pods handled, by outcome.", ["outcome"])
+        self._writes = m.counter("podgrouper_writes_total", "API writes, by kind.", ["kind"])
+
+    # ---- event intake ------------------------------------------------------------------------------
+    async def watch(self, scheduler_name: str, timeout_s: int = 300) -> None:
+        """Follow pods with this scheduler name forever (re-listing as needed)."""
+        watch = ListWatch(self.kube, k.PODS, field_selector=f"spec.schedulerName={scheduler_name}",
+                          timeout_s=timeout_s)
+        async for event in watch:
+            if event.type == "SYNCED":
+                seen = set()
+                for pod in event.objects:
+                    key = t.pod_key(pod)
+                    seen.add(key)
+                    self.latest[key] = pod
+                    self.mark(key)
+                for key in [key for key, pod in self.latest.items() if key not in seen
+                            and str(pod.get("spec", {}).get("schedulerName")) == scheduler_name]:
+                    self.forget(key)
+                self.synced.add(scheduler_name)
+            elif event.type == "DELETED" and event.object is not None:
+                self.forget(t.pod_key(event.object))
+            elif event.object is not None:
+                key = t.pod_key(event.object)
+                self.latest[key] = event.object
+                if self._done.get(key) != str(t.meta(event.object).get("uid")):
+                    self.mark(key)
+
+    def forget(self, key: str) -> None:
+        self.latest.pop(key, None)
+        self._done.pop(key, None)
+        self._attempts.pop(key, None)
+        handle = self._retry_handles.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def mark(self, key: str) -> None:
+        if key in self._processing:
+            self._again.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    async def work(self) -> None:
+        await asyncio.gather(*(self._worker() for _ in range(self.workers)))
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._processing.add(key)
+            try:
+                await self._handle(key)
+            finally:
+                self._processing.discard(key)
+                if key in self._again:
+                    self._again.discard(key)
+                    self.mark(key)
+
+    async def _handle(self, key: str) -> None:
+        pod = self.latest.get(key)
+        if pod is None:
+            return
+        try:
+            outcome = await self.reconcile(pod)
+        except OwnerUnavailable as exc:
+            outcome = "owner_unavailable"
+            await self.warn(pod, str(exc))
+            self._retry(key, str(exc))
+        except (TransientError, ConflictError) as exc:
+            outcome = "retry"
+            self._retry(key, str(exc))
+        except PermanentError as exc:  # e.g. a PodGroup the apiserver rejects: say so on the pod, retry slowly
+            outcome = "rejected"
+            await self.warn(pod, f"cannot create or update the PodGroup: {exc}")
+            self._retry(key, str(exc))
+        else:
+            self._attempts.pop(key, None)
+            self._done[key] = str(t.meta(pod).get("uid"))
+        self._outcomes.labels(outcome=outcome).inc()
+
+    def _retry(self, key: str, why: str) -> None:
+        attempt = self._attempts.get(key, 0) + 1
+        self._attempts[key] = attempt
+        delay = min(self.retry_max_s, self.retry_initial_s * 2 ** (attempt - 1))
+        log.info("podgrouper_retry", pod=key, attempt=attempt, delay_s=delay, reason=why)
+        old = self._retry_handles.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._retry_handles[key] = asyncio.get_running_loop().call_later(delay, self.mark, key)
+
+    # ---- one pod -----------------------------------------------------------------------------------
+    async def reconcile(self, pod: dict) -> str:
+        """Group one pod; returns the outcome ("grouped", "unchanged", "skipped:<why>")."""
+        pre = t.skip_reason(pod)
+        if pre in ("deleting", "finished", "bare pod with pod-group-name"):
+            return f"skipped:{pre}"
+        owners = await self.owner_chain(pod)
+        reason = t.skip_reason(pod, owners)
+        if reason is not None:
+            return f"skipped:{reason}"
+        for problem in t.input_warnings(owners):
+            await self.warn(pod, problem)
+        grouping = rules.group_pod(pod, rules.OwnerIndex(owners), await self.priority_classes())
+        desired = t.desired_podgroup(grouping, pod)
+        changed = await self.ensure_podgroup(desired)
+        patch = t.pod_patch(pod, grouping)
+        if patch is not None:
+            try:
+                await self.kube.patch(k.PODS, t.meta(pod)["name"], patch, namespace=t.meta(pod).get("namespace"))
+            except NotFoundError:
+                return "skipped:pod gone"
+            self._writes.labels(kind="pod").inc()
+            changed = True
+        if changed:
+            log.info("pod_grouped", pod=t.pod_key(pod), podgroup=desired["metadata"]["name"],
+                     subgroup=grouping.subgroup, min_member=desired["spec"].get("minMember"),
+                     queue=desired["spec"].get("queue"), priority_class=desired["spec"].get("priorityClassName"))
+        return "grouped" if changed else "unchanged"
+
+    async def owner_chain(self, pod: dict) -> list[dict]:
+        """Every owner from the pod up to the top, read from the API (uids must match the references)."""
+        namespace = t.meta(pod).get("namespace") or "default"
+        chain: list[dict] = []
+        current: dict = pod
+        for _ in range(MAX_OWNER_DEPTH):
+            ref = rules.controller_ref(current)
+            if ref is None:
+                return chain
+            resource = t.owner_resource(ref)
+            what = f"{ref.get('kind')} {namespace}/{ref.get('name')}"
+            if resource is None:
+                raise OwnerUnavailable(f"malformed ownerReference {dict(ref)!r}")
+            try:
+                owner = await self.kube.get(resource, str(ref["name"]), namespace=namespace)
+            except NotFoundError as exc:
+                raise OwnerUnavailable(f"owner {what} ({ref.get('apiVersion')}) cannot be read yet: {exc}") from exc
+            except PermanentError as exc:
+                raise OwnerUnavailable(f"owner {what} ({ref.get('apiVersion')}) cannot be read: {exc}") from exc
+            if ref.get("uid") and str(t.meta(owner).get("uid")) != str(ref["uid"]):
+                raise OwnerUnavailable(f"owner {what} has uid {t.meta(owner).get('uid')}, the pod names "
+                                       f"{ref['uid']}: waiting for the owner the pod belongs to")
+            owner.setdefault("apiVersion", resource.api_version)
+            owner.setdefault("kind", resource.kind)
+            if any(t.meta(o).get("uid") == t.meta(owner).get("uid") for o in chain):
+                return chain  # an ownership cycle
+            chain.append(owner)
+            current = owner
+        return chain
+
+    async def ensure_podgroup(self, desired: dict) -> bool:
+        """Create the PodGroup or patch the fields it owns; True when something was written."""
+        name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
+        for _ in range(5):
+            try:
+                existing = await self.kube.get(k.PODGROUPS, name, namespace=namespace)
+            except NotFoundError:
+                try:
+                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace)
+                    self._writes.labels(kind="podgroup_create").inc()
+                    return True
+                except ConflictError:
+                    continue  # created meanwhile (another worker or replica): read it and compare
+            patch = t.podgroup_patch(existing, desired)
+            if patch is None:
+                return False
+            try:
+                await self.kube.patch(k.PODGROUPS, name, patch, namespace=namespace)
+                self._writes.labels(kind="podgroup_patch").inc()
+                return True
+            except (ConflictError, NotFoundError):
+                continue
+        raise ConflictError(f"PodGroup {namespace}/{name} kept changing while being reconciled")
+
+    async def priority_classes(self) -> frozenset[str]:
+        fetched_at, names = self._priority_classes
+        if time.monotonic() - fetched_at > self.priority_class_ttl_s:
+            items, _ = await self.kube.list(k.PRIORITY_CLASSES)
+            names = frozenset(str(t.meta(i).get("name")) for i in items)
+            self._priority_classes = (time.monotonic(), names)
+        return names
+
+    async def warn(self, pod: dict, message: str) -> None:
+        key = (t.pod_key(pod), message)
+        now = time.monotonic()
+        if now - self._events.get(key, -1e9) < self.event_dedupe_s:
+            return
+        self._events[key] = now
+        if len(self._events) > 20_000:
+            self._events = {d: ts for d, ts in self._events.items() if now - ts < self.event_dedupe_s}
+        log.warning("podgrouper_warning", pod=t.pod_key(pod), message=message)
+        try:
+            await self.kube.create(CORE_EVENTS, t.warning_event(pod, message), namespace=t.meta(pod).get("namespace"))
+            self._writes.labels(kind="event").inc()
+        except ShoalError as exc:  # an event is best effort
+            log.warning("podgrouper_event_failed", pod=t.pod_key(pod), error=str(exc))
+
+    def ready(self, names: Iterable[str]) -> bool:
+        return all(name in self.synced for name in names)
+
+    def stats(self) -> dict[str, Any]:
+        return {"pods": len(self.latest), "queued": len(self._queued), "retrying": len(self._retry_handles)}

@@ -1,0 +1,167 @@
+"""Pure pieces of the podgrouper service (no I/O): which API serves an owner, which pods are left alone,
+the PodGroup to create (the rules themselves are `shoal.core.podgrouper`), the patches that bring an existing
+PodGroup and the pod in line, and the warning event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+from shoal.adapters.kube import Resource
+from shoal.core import podgrouper as rules
+
+SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
+MANAGED_SPEC = ("minMember", "minSubGroup", "subGroups", "queue", "priorityClassName", "preemptibility",
+                "topologyConstraint")
+COMPONENT = "shoal-podgrouper"
+WARNING_REASON = "PodGrouperWarning"
+# owner kinds whose plural is not `<kind lower>s`
+IRREGULAR_PLURALS: dict[str, str] = {}
+
+
+def _map(value: object) -> Mapping:
+    return value if isinstance(value, Mapping) else {}
+
+
+def meta(obj: Mapping) -> Mapping:
+    return _map(obj.get("metadata"))
+
+
+def pod_key(pod: Mapping) -> str:
+    m = meta(pod)
+    return f"{m.get('namespace') or 'default'}/{m.get('name') or ''}"
+
+
+def owner_resource(ref: Mapping) -> Resource | None:
+    """The namespaced resource that serves an ownerReference's kind, or None for a malformed ref."""
+    api_version, kind = str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")
+    if not api_version or not kind or not ref.get("name"):
+        return None
+    group, _, version = api_version.rpartition("/")
+    plural = IRREGULAR_PLURALS.get(kind, kind.lower() + "s")
+    return Resource(group, version, plural, kind)
+
+
+def _flag(obj: Mapping, key: str) -> bool:
+    m = meta(obj)
+    return any(str(_map(m.get(where)).get(key, "")).lower() == "true" for where in ("labels", "annotations"))
+
+
+def skip_reason(pod: Mapping, owners: Iterable[Mapping] = ()) -> str | None:
+    """Why the podgrouper leaves this pod alone, or None.
+
+    - `kai.scheduler/skip-podgrouper: "true"` on the pod or an owner, with `pod-group-name` set (an external
+      PodGroup, reference §1.3);
+    - a bare pod that already names its PodGroup (as KAI: an orphan pod with a PodGroup is left alone);
+    - a pod that is being deleted or has finished.
+    """
+    m = meta(pod)
+    if m.get("deletionTimestamp"):
+        return "deleting"
+    if str(_map(pod.get("status")).get("phase") or "") in ("Succeeded", "Failed"):
+        return "finished"
+    named = _map(m.get("annotations")).get(rules.POD_GROUP_ANNOTATION)
+    if not named:
+        return None
+    if _flag(pod, SKIP_PODGROUPER) or any(_flag(o, SKIP_PODGROUPER) for o in owners):
+        return "skip-podgrouper"
+    if rules.controller_ref(pod) is None:
+        return "bare pod with pod-group-name"
+    return None
+
+
+def top_owner_ref(grouping: rules.Grouping, pod: Mapping) -> dict:
+    """The ownerReference for the PodGroup: the top owner, or the pod itself for per-pod groups and bare pods."""
+    spec_kind = ""
+    annotations = _map(meta(grouping.podgroup).get("annotations"))
+    raw = annotations.get(rules.TOP_OWNER_METADATA)
+    top: Mapping = {}
+    if raw:
+        try:
+            top = _map(json.loads(raw))
+        except ValueError:
+            top = {}
+        spec_kind = str(top.get("kind") or "")
+    if top and spec_kind not in rules.PER_POD_KINDS and top.get("uid") and top.get("apiVersion"):
+        return {"apiVersion": str(top["apiVersion"]), "kind": spec_kind, "name": str(top.get("name") or ""),
+                "uid": str(top["uid"])}
+    m = meta(pod)
+    return {"apiVersion": "v1", "kind": "Pod", "name": str(m.get("name") or ""), "uid": str(m.get("uid") or "")}
+
+
+def desired_podgroup(grouping: rules.Grouping, pod: Mapping) -> dict:
+    """The PodGroup to create: the rules' manifest, owned by its top owner (garbage-collected with it)."""
+    manifest = json.loads(json.dumps(grouping.podgroup))
+    metadata = manifest["metadata"]
+    metadata.pop("creationTimestamp", None)
+    metadata["ownerReferences"] = [top_owner_ref(grouping, pod)]
+    return manifest
+
+
+def podgroup_patch(existing: Mapping, desired: Mapping) -> dict | None:
+    """A merge patch bringing `existing` to `desired` on the fields the podgrouper owns; None if in line.
+    Labels and annotations are only added or updated (the scheduler writes its own annotations)."""
+    patch: dict = {}
+    have_spec, want_spec = _map(existing.get("spec")), _map(desired.get("spec"))
+    spec = {key: want_spec.get(key) for key in MANAGED_SPEC if have_spec.get(key) != want_spec.get(key)}
+    if spec:
+        patch["spec"] = spec
+    metadata: dict = {}
+    for section in ("labels", "annotations"):
+        have, want = _map(meta(existing).get(section)), _map(meta(desired).get(section))
+        changed = {k: v for k, v in want.items() if have.get(k) != v}
+        if changed:
+            metadata[section] = changed
+    refs = [r for r in meta(existing).get("ownerReferences") or [] if isinstance(r, Mapping)]
+    wanted_refs = list(meta(desired).get("ownerReferences") or [])
+    if wanted_refs and not any(r.get("uid") == wanted_refs[0].get("uid") for r in refs):
+        metadata["ownerReferences"] = [*refs, *wanted_refs]
+    if metadata:
+        patch["metadata"] = metadata
+    return patch or None
+
+
+def pod_patch(pod: Mapping, grouping: rules.Grouping) -> dict | None:
+    """The pod's annotation/label patch, or None when the pod already carries them."""
+    wanted = grouping.pod_patch()["metadata"]
+    m = meta(pod)
+    out: dict = {}
+    for section, values in wanted.items():
+        have = _map(m.get(section))
+        changed = {k: v for k, v in values.items() if have.get(k) != v}
+        if changed:
+            out[section] = changed
+    return {"metadata": out} if out else None
+
+
+def input_warnings(owners: Iterable[Mapping]) -> list[str]:
+    """Problems in owners' podgrouper annotations that the rules silently replace with defaults."""
+    found = []
+    for owner in owners:
+        raw = _map(meta(owner).get("annotations")).get(rules.BATCH_MIN_MEMBER)
+        if raw is not None and not str(raw).strip().isdigit():
+            found.append(f"{owner.get('kind')} {meta(owner).get('name')}: {rules.BATCH_MIN_MEMBER} {raw!r} is "
+                         f"not a non-negative integer; the default is used")
+    return found
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def warning_event(pod: Mapping, message: str, *, now: str | None = None) -> dict:
+    """A core/v1 Warning event `PodGrouperWarning` on the pod (as KAI's podgrouper emits)."""
+    now = now or utc_now()
+    m = meta(pod)
+    namespace, name = str(m.get("namespace") or "default"), str(m.get("name") or "")
+    digest = hashlib.sha256(f"{namespace}/{name}/{message}/{now}".encode()).hexdigest()[:10]
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{name[:200]}.{digest}", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
+                               "uid": str(m.get("uid") or "")},
+            "reason": WARNING_REASON, "message": message[:1024], "type": "Warning",
+            "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
