@@ -213,6 +213,8 @@ def _prune(ctx: Context, job: Job, tasks: list[Task], taken: list[Chunk], accept
     stmt = ctx.statement
     used = _used_nodes(stmt.log[cp:])
     needed = [c for c in taken if any(t.node is not None and t.node.name in used for t in c.tasks)]
+    whole = {id(c.job) for c in needed if c.core}  # a job's core goes only with all of its pods
+    needed = [c for c in taken if c in needed or id(c.job) in whole]
     if replace or len(needed) == len(taken):
         return taken
     stmt.rollback(cp)
