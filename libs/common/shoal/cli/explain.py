@@ -1,0 +1,143 @@
+"""`shoal explain POD|PODGROUP [-n NAMESPACE]`: why a pod or pod group is pending, or why it was evicted.
+
+Asks the api service (`--api`, default $SHOAL_API_URL or http://127.0.0.1:8080); when none answers, reads the
+apiserver (kubeconfig from $SHOAL_KUBECONFIG / $KUBECONFIG) and Redis ($SHOAL_REDIS_URL) directly — then
+without the decision history the api keeps. The first line is the verdict, e.g.
+
+    team-a/train: pending: PodSchedulingErrors: Resources were found for 4 pods while 5 are required for gang …
+    queue q: fair share 4 GPUs, allocated 4, limit 4 (quota; limit omitted), deserved 4, requested 9
+
+followed by the recent events and decisions. `--output json` prints the whole answer (the api's JSON).
+Exit status: 0 explained, 1 not found or an error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+DEFAULT_API = "http://127.0.0.1:8080"
+
+
+class Unreachable(Exception):
+    """No api service answered at the URL."""
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api", default=os.environ.get("SHOAL_API_URL") or DEFAULT_API,
+                        help="the api service's URL (default $SHOAL_API_URL or %(default)s)")
+    parser.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for an answer")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("explain", help="why is a pod or pod group pending (or evicted)?",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", metavar="POD|PODGROUP", help="a pod or pod group name (or NAMESPACE/NAME)")
+    parser.add_argument("--namespace", "-n", default="default", help="namespace (default %(default)s)")
+    add_common(parser)
+    parser.set_defaults(func=run)
+
+
+def api_get(base: str, path: str, timeout: float) -> tuple[int, Any]:
+    """GET a JSON document from the api service: (status, body). Raises Unreachable when nothing answers."""
+    url = base.rstrip("/") + path
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - operator-given URL
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"null")
+        except ValueError:
+            return exc.code, {"error": f"HTTP {exc.code} {exc.reason}"}
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        raise Unreachable(f"{url}: {getattr(exc, 'reason', exc)}") from None
+    except ValueError as exc:
+        raise Unreachable(f"{url}: not an api service answer ({exc})") from None
+
+
+async def with_redis(work: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run `work(redis)` on $SHOAL_REDIS_URL; `work(None)` when Redis does not answer within 2 s."""
+    from shoal.adapters.redis_client import connect_redis
+    from shoal.settings import RedisSettings
+
+    redis = connect_redis(RedisSettings(url=os.environ.get("SHOAL_REDIS_URL") or RedisSettings().url))
+    try:
+        try:
+            async with asyncio.timeout(2):
+                await redis.ping()
+        except (Exception, TimeoutError):  # noqa: BLE001 - any failure means "no Redis"
+            return await work(None)
+        return await work(redis)
+    finally:
+        await redis.aclose()
+
+
+async def direct(namespace: str, name: str) -> dict:
+    """The explanation read straight from the apiserver and Redis (no api service)."""
+    from shoal.adapters import kube as k
+    from shoal.adapters import redis_keys
+    from shoal.adapters.snapshot_store import LatestValue
+    from shoal.explain import explain
+    from shoal.messages.plan import FairShareComputed
+    from shoal.settings import KubeSettings
+
+    api = await k.connect_kube(KubeSettings(kubeconfig=os.environ.get("SHOAL_KUBECONFIG") or None))
+    try:
+        kube = k.Kube(api, request_timeout_s=10)
+        response = await kube.open("GET", "/version", timeout=5)  # fail fast when the apiserver is down
+        response.release()
+
+        async def work(redis: Any) -> dict:
+            fair = LatestValue(redis, redis_keys.fair_share, FairShareComputed) if redis is not None else None
+            answer = await explain(kube, fair, namespace, name)
+            if redis is None and answer["queue"]:
+                answer["queueLine"] = f"queue {answer['queue']}: fair-share figures unavailable (Redis not reachable)"
+            return answer
+
+        return await with_redis(work)
+    finally:
+        await api.close()
+
+
+def split_target(target: str, namespace: str) -> tuple[str, str]:
+    if "/" in target:
+        ns, _, name = target.partition("/")
+        return ns, name
+    return namespace, target
+
+
+def fail(command: str, message: str) -> int:
+    print(f"shoal {command}: {message}", file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from shoal.explain import render
+
+    namespace, name = split_target(args.target, args.namespace)
+    if not namespace or not name or "/" in name:
+        return fail("explain", f"cannot read {args.target!r}: give NAME with -n NAMESPACE, or NAMESPACE/NAME")
+    path = f"/v1/explain/{urllib.parse.quote(namespace)}/{urllib.parse.quote(name)}"
+    try:
+        status, answer = api_get(args.api, path, args.timeout)
+    except Unreachable as exc:
+        print(f"shoal explain: no api service ({exc}); reading the apiserver and Redis directly", file=sys.stderr)
+        try:
+            answer = asyncio.run(asyncio.wait_for(direct(namespace, name), args.timeout + 30))
+        except Exception as exc2:  # noqa: BLE001 - one clear line, never a traceback
+            return fail("explain", f"cannot reach the api service nor the cluster: {type(exc2).__name__}: {exc2}")
+        status = 200 if answer.get("found") else 404
+    if not isinstance(answer, dict) or ("verdict" not in answer):
+        error = answer.get("error") if isinstance(answer, dict) else answer
+        return fail("explain", f"the api service answered {status}: {error}")
+    print(json.dumps(answer, indent=2, sort_keys=True) if args.output == "json" else render(answer))
+    return 0 if status == 200 else 1
