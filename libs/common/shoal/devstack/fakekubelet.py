@@ -1,8 +1,9 @@
 """A fake kubelet for the fake GPU nodes: a test/dev component, run as its own process.
 
     python -m shoal.devstack.fakekubelet --kubeconfig PATH [--delete-delay 1.0] [--ready-file PATH]
+        [--concurrency 32] [--node-selector shoal.io/fake-node=true]
 
-For pods bound to a node labelled `shoal.io/fake-node=true`:
+For pods bound to a node matching the selector (by default labelled `shoal.io/fake-node=true`):
 - a Pending pod is marked Running (phase, PodScheduled/Initialized/ContainersReady/Ready, containerStatuses,
   startTime, hostIP, podIP);
 - a Running pod annotated `shoal.io/run-seconds: "<n>"` ends n seconds after its startTime: Succeeded, or
@@ -145,6 +146,7 @@ class FakeKubelet:
     core: client.CoreV1Api
     delete_delay_s: float = 1.0
     concurrency: int = 32
+    node_selector: str = f"{FAKE_NODE_LABEL}=true"
     nodes: set[str] = field(default_factory=set)
     pods: dict[str, PodView] = field(default_factory=dict)
     finish_timers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -283,7 +285,7 @@ class FakeKubelet:
                         self.reconcile(pod)
 
         await self._list_watch(
-            self.core.list_node, {"label_selector": f"{FAKE_NODE_LABEL}=true"}, on_list, on_event, ready
+            self.core.list_node, {"label_selector": self.node_selector}, on_list, on_event, ready
         )
 
     async def run_pods(self, ready: asyncio.Event) -> None:
@@ -347,13 +349,22 @@ def _epoch(value: str | None) -> float | None:
 
 
 async def serve(
-    kubeconfig: str, delete_delay_s: float, ready_file: str | None, concurrency: int = 32
+    kubeconfig: str,
+    delete_delay_s: float,
+    ready_file: str | None,
+    concurrency: int = 32,
+    node_selector: str = f"{FAKE_NODE_LABEL}=true",
 ) -> None:
     cfg = client.Configuration()
     await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     cfg.connection_pool_maxsize = concurrency + 8
     async with client.ApiClient(cfg) as api:
-        kubelet = FakeKubelet(client.CoreV1Api(api), delete_delay_s=delete_delay_s, concurrency=concurrency)
+        kubelet = FakeKubelet(
+            client.CoreV1Api(api),
+            delete_delay_s=delete_delay_s,
+            concurrency=concurrency,
+            node_selector=node_selector,
+        )
         nodes_ready, pods_ready = asyncio.Event(), asyncio.Event()
         tasks = [asyncio.ensure_future(kubelet.worker()) for _ in range(concurrency)]
         tasks.append(asyncio.ensure_future(kubelet.run_nodes(nodes_ready)))
@@ -376,10 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, default=32, help="status patches in flight at once")
     parser.add_argument("--ready-file", help="written once the first list of nodes and pods is done")
+    parser.add_argument(
+        "--node-selector",
+        default=f"{FAKE_NODE_LABEL}=true",
+        help="label selector of the nodes to play kubelet for",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     try:
-        asyncio.run(serve(args.kubeconfig, args.delete_delay, args.ready_file, args.concurrency))
+        asyncio.run(
+            serve(args.kubeconfig, args.delete_delay, args.ready_file, args.concurrency, args.node_selector)
+        )
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # noqa: BLE001 - one clear line, no traceback
