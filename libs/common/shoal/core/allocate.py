@@ -125,14 +125,26 @@ def _admit(ctx: Context, job: Job) -> bool:
     return True
 
 
+def _leaves(node: SubGroupNode) -> list[SubGroupNode]:
+    if node.is_leaf:
+        return [node]
+    return [leaf for c in node.children for leaf in _leaves(c)]
+
+
 def _failure_message(job: Job, task: Task, placed: int, fit: str) -> tuple[str, bool]:
-    """(message, is_per_pod) for a task that found no node after `placed` tasks of this attempt."""
+    """(message, is_per_pod) for a task that found no node after `placed` tasks of this attempt.
+
+    The gang message is used when a (sub)group with min > 1 is still below its min: the failing task's
+    own leaf first, else the first such leaf in name order; otherwise the per-pod message.
+    """
     found = active_in(job.root) + placed
     if job.root.children:
         leaf = _leaf_of(job, task)
-        lmin = leaf.min_member or 0
-        if lmin > 1 and active_in(leaf) < lmin:
-            return reasons.subgroup_gang_error(found, leaf.name, lmin, fit), False
+        below = [leaf] + [x for x in sorted(_leaves(job.root), key=lambda n: n.name) if x is not leaf]
+        for sg in below:
+            smin = sg.min_member or 0
+            if smin > 1 and active_in(sg) < smin:
+                return reasons.subgroup_gang_error(found, sg.name, smin, fit), False
     else:
         rmin = job.root.min_member or 0
         if rmin > 1 and found < rmin:
