@@ -340,3 +340,41 @@ def test_dev_up_refuses_to_wipe_a_directory_that_holds_no_stack(tmp_path: Path) 
     assert (tmp_path / "precious.txt").read_text() == "keep me"
     done = _shoal("dev", "down", "--state-dir", str(tmp_path))
     assert done.returncode == 0 and (tmp_path / "precious.txt").exists()
+
+
+async def test_fake_kubelet_catches_up_after_a_restart(
+    kube_api: Any, namespace: str, gpu_nodes: Any, stack: Any, tmp_path: Path
+) -> None:
+    """A private fake kubelet (own node selector) lists what it missed while it was down."""
+    from shoal.devstack import components, start_process, stop_process
+    from shoal.devstack.nodes import FAKE_NODE_LABEL
+
+    private = f"private-{namespace}"
+    [node] = await gpu_nodes(1, labels={FAKE_NODE_LABEL: private})
+    core = client.CoreV1Api(kube_api)
+    spec = components.fake_kubelet(tmp_path, Path(stack.kubeconfig), 1.0)
+    spec.argv = [*spec.argv, "--node-selector", f"{FAKE_NODE_LABEL}={private}"]
+
+    await core.create_namespaced_pod(namespace, pod_body("before"))
+    await bind(core, namespace, "before", node)
+    await asyncio.sleep(1.0)
+    assert await pod_phase(core, namespace, "before") == "Pending", (
+        "the stack's kubelet must ignore this node"
+    )
+    start_process(tmp_path, spec, tie_to_parent=True)
+    try:
+        await eventually(
+            lambda: _is(core, namespace, "before", "Running"), 15, "the first list to run the pod"
+        )
+        stop_process(tmp_path, "fakekubelet")
+        await core.create_namespaced_pod(namespace, pod_body("during", annotations={RUN_SECONDS: "1"}))
+        await bind(core, namespace, "during", node)
+        await asyncio.sleep(1.0)
+        assert await pod_phase(core, namespace, "during") == "Pending"
+        start_process(tmp_path, spec, tie_to_parent=True)
+        await eventually(
+            lambda: _is(core, namespace, "during", "Succeeded"), 20, "the restarted kubelet to catch up"
+        )
+    finally:
+        stop_process(tmp_path, "fakekubelet")
+
