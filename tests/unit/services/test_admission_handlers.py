@@ -1,0 +1,142 @@
+"""The admission endpoints over HTTP (aiohttp test server): review in, review out, never a 500."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from services.admission.handlers import Admission, parse_review, review_response
+from services.admission.registration import configurations, match_labels
+from shoal.errors import TransientError
+from shoal.metrics import Metrics
+
+
+def review(obj, operation="CREATE", old=None, uid="u-1"):
+    request = {"uid": uid, "operation": operation, "object": obj, "namespace": "ns", "name": ""}
+    if old is not None:
+        request["oldObject"] = old
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def fraction_pod(value="0.5", scheduler="shoal-scheduler"):
+    return {"metadata": {"name": "p", "namespace": "ns", "annotations": {"gpu-fraction": value}},
+            "spec": {"schedulerName": scheduler, "containers": [{"name": "c"}]}}
+
+
+async def client(*, exists=True, queues=None, failing_queues=False, sharing=True) -> TestClient:
+    async def runtime_class_exists(name):
+        return exists
+
+    async def list_queues():
+        if failing_queues:
+            raise TransientError("apiserver away")
+        return queues or []
+
+    app = web.Application()
+    Admission(metrics=Metrics(), runtime_class_exists=runtime_class_exists, list_queues=list_queues,
+              gpu_sharing=sharing).routes(app)
+    test_client = TestClient(TestServer(app))
+    await test_client.start_server()
+    return test_client
+
+
+async def post(c: TestClient, path: str, body) -> dict:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = await c.post(path, data=data)
+    assert response.status == 200
+    return (await response.json())["response"]
+
+
+async def test_pod_validation_denies_with_kai_message_and_ignores_other_schedulers():
+    c = await client()
+    try:
+        denied = await post(c, "/validate-pods", review(fraction_pod("1.5")))
+        assert denied == {"uid": "u-1", "allowed": False, "status": {
+            "code": 403, "reason": "Forbidden",
+            "message": "gpu-fraction annotation value must be a positive number smaller than 1.0"}}
+        assert (await post(c, "/validate-pods", review(fraction_pod("1.5", "default-scheduler"))))["allowed"]
+        assert (await post(c, "/validate-pods", review(fraction_pod("0.5"))))["allowed"]
+    finally:
+        await c.close()
+
+
+async def test_sharing_disabled_names_the_pod():
+    c = await client(sharing=False)
+    try:
+        denied = await post(c, "/validate-pods", review(fraction_pod()))
+        assert denied["status"]["message"] == (
+            "attempting to create a pod ns/p with gpu sharing request, while GPU sharing is disabled")
+    finally:
+        await c.close()
+
+
+async def test_mutation_patch_and_warning():
+    c = await client(exists=True)
+    try:
+        answer = await post(c, "/mutate-pods", review(fraction_pod()))
+        assert answer["allowed"] and answer["patchType"] == "JSONPatch"
+        assert json.loads(base64.b64decode(answer["patch"])) == [
+            {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"}]
+    finally:
+        await c.close()
+    c = await client(exists=False)
+    try:
+        answer = await post(c, "/mutate-pods", review(fraction_pod()))
+        assert answer["allowed"] and "patch" not in answer
+        assert "RuntimeClass 'nvidia' does not exist" in answer["warnings"][0]
+    finally:
+        await c.close()
+
+
+async def test_queue_review_and_unreachable_apiserver():
+    q = {"metadata": {"name": "q"}, "spec": {"resources": {"gpu": {"quota": 1}}}}
+    c = await client(failing_queues=True)
+    try:
+        answer = await post(c, "/validate-queues", review(q))
+        assert answer["allowed"]
+        assert "resources.gpu: limit omitted: Shoal reads it as limit = quota (1)" in answer["warnings"]
+        assert (await post(c, "/validate-queues", review({}, "DELETE", q)))["allowed"]
+    finally:
+        await c.close()
+
+
+async def test_malformed_bodies_are_denied_clearly():
+    c = await client()
+    try:
+        for body, message in [(b"{oops", "malformed AdmissionReview: not JSON"),
+                              ({"kind": "AdmissionReview"}, "malformed AdmissionReview: no request object"),
+                              ({"request": {"object": {}}}, "malformed AdmissionReview: request.uid missing")]:
+            answer = await post(c, "/validate-pods", body)
+            assert answer["allowed"] is False and answer["status"]["message"].startswith(message)
+            assert answer["status"]["code"] == 400
+        junk = await post(c, "/validate-queues", review("not an object"))
+        assert junk["allowed"] is False and junk["status"]["message"] == "spec must be specified"
+        odd = await post(c, "/validate-pods", review({"spec": {"schedulerName": "shoal-scheduler",
+                                                                "containers": "x"},
+                                                       "metadata": {"annotations": {"gpu-fraction": "0.5"}}}))
+        assert odd["allowed"] is True
+    finally:
+        await c.close()
+
+
+def test_parse_and_response_helpers():
+    assert parse_review(b"[]")[2] == "malformed AdmissionReview: no request object"
+    out = review_response("x", allowed=True, warnings=["w" * 600])
+    assert len(out["response"]["warnings"][0]) == 512
+
+
+def test_registration_scopes_and_policies():
+    mutating, validating = configurations("n", "https://127.0.0.1:9443", b"CA", namespace_selector="a=b",
+                                          queue_selector="t=1", scheduler_names=("shoal-scheduler", "kai-scheduler"))
+    hook = mutating["webhooks"][0]
+    assert hook["failurePolicy"] == "Ignore" and hook["clientConfig"]["url"] == "https://127.0.0.1:9443/mutate-pods"
+    assert hook["namespaceSelector"]["matchLabels"] == {"a": "b"}
+    assert "'kai-scheduler'" in hook["matchConditions"][0]["expression"]
+    pods, queues = validating["webhooks"]
+    assert pods["failurePolicy"] == "Fail" and queues["failurePolicy"] == "Fail"
+    assert queues["objectSelector"] == {"matchLabels": {"t": "1"}}
+    assert base64.b64decode(pods["clientConfig"]["caBundle"]) == b"CA"
+    assert match_labels("a=b, c = d,junk") == {"a": "b", "c": "d"}

@@ -1,0 +1,180 @@
+"""The podgrouper's reconcile loop against an in-memory API: idempotent, 409-tolerant, warns and retries."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+
+from services.podgrouper.handlers import PodGrouper
+from shoal.errors import ConflictError, NotFoundError, PermanentError
+from shoal.metrics import Metrics
+
+
+class FakeKube:
+    def __init__(self, objects=()):
+        self.store: dict[tuple[str, str, str], dict] = {}
+        self.writes: list[tuple[str, str, str]] = []
+        self.fail_create: dict[str, Exception] = {}
+        self.race: dict | None = None  # an object "someone else" creates just before our create
+        for obj in objects:
+            self.put(obj)
+
+    @staticmethod
+    def key(plural, namespace, name):
+        return (plural, namespace or "", name)
+
+    def put(self, obj, plural=None):
+        plural = plural or obj["kind"].lower() + "s"
+        self.store[self.key(plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])] = copy.deepcopy(obj)
+
+    async def get(self, resource, name, *, namespace=None, subresource=None):
+        obj = self.store.get(self.key(resource.plural, namespace, name))
+        if obj is None:
+            raise NotFoundError(f"{resource.plural}/{name} not found", status=404)
+        return copy.deepcopy(obj)
+
+    async def list(self, resource, **kwargs):
+        return [copy.deepcopy(o) for (plural, _, _), o in self.store.items() if plural == resource.plural], "1"
+
+    async def create(self, resource, body, *, namespace=None, **kwargs):
+        if resource.plural in self.fail_create:
+            raise self.fail_create[resource.plural]
+        if self.race is not None and resource.plural == "podgroups":
+            self.put(self.race, "podgroups")
+            self.race = None
+        key = self.key(resource.plural, namespace, body["metadata"]["name"])
+        if key in self.store:
+            raise ConflictError("exists", status=409)
+        self.writes.append(("create", resource.plural, body["metadata"]["name"]))
+        self.store[key] = copy.deepcopy(dict(body))
+        return body
+
+    async def patch(self, resource, name, body, *, namespace=None, **kwargs):
+        key = self.key(resource.plural, namespace, name)
+        if key not in self.store:
+            raise NotFoundError("gone", status=404)
+        self.writes.append(("patch", resource.plural, name))
+        merge(self.store[key], body)
+        return copy.deepcopy(self.store[key])
+
+
+def merge(target: dict, patch: dict) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+JOB = {"apiVersion": "batch/v1", "kind": "Job",
+       "metadata": {"name": "train", "namespace": "ns", "uid": "job-uid",
+                    "annotations": {"kai.scheduler/batch-min-member": "2"}}, "spec": {}}
+
+
+def pod(name="train-a", owner_uid="job-uid", kind="Job", api_version="batch/v1", owner_name="train"):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": owner_name,
+                                              "uid": owner_uid, "controller": True}]},
+            "spec": {"schedulerName": "shoal-scheduler", "containers": [{"name": "c"}]}}
+
+
+def grouper(kube) -> PodGrouper:
+    return PodGrouper(kube=kube, metrics=Metrics(), retry_initial_s=0.05, retry_max_s=0.1)
+
+
+async def test_reconcile_is_idempotent():
+    p = pod()
+    kube = FakeKube([JOB, p])
+    g = grouper(kube)
+    assert await g.reconcile(p) == "grouped"
+    assert kube.writes == [("create", "podgroups", "pg-train-job-uid"), ("patch", "pods", "train-a")]
+    pg = kube.store[("podgroups", "ns", "pg-train-job-uid")]
+    assert pg["spec"]["minMember"] == 2
+    kube.writes.clear()
+    annotated = kube.store[("pods", "ns", "train-a")]
+    assert annotated["metadata"]["annotations"]["pod-group-name"] == "pg-train-job-uid"
+    assert await g.reconcile(annotated) == "unchanged"
+    assert kube.writes == []
+
+
+async def test_conflict_on_create_rereads_and_converges():
+    p = pod()
+    kube = FakeKube([JOB, p])
+    g = grouper(kube)
+    stale = {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+             "metadata": {"name": "pg-train-job-uid", "namespace": "ns"}, "spec": {"minMember": 1, "queue": "x"}}
+    kube.race = stale
+    assert await g.reconcile(p) == "grouped"
+    pg = kube.store[("podgroups", "ns", "pg-train-job-uid")]
+    assert pg["spec"]["minMember"] == 2 and pg["spec"]["queue"] == "default-queue"
+    assert pg["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
+
+
+async def test_unreadable_owner_warns_and_retries_then_groups():
+    p = pod(kind="Widget", api_version="example.com/v1", owner_name="w1", owner_uid="w-uid")
+    kube = FakeKube([p])
+    g = grouper(kube)
+    key = "ns/train-a"
+    g.latest[key] = p
+    worker = asyncio.create_task(g.work())
+    try:
+        g.mark(key)
+
+        async def until(check):
+            for _ in range(100):
+                if check():
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError("timed out")
+
+        await until(lambda: any(plural == "events" for _, plural, _ in kube.writes))
+        event = next(o for (plural, _, _), o in kube.store.items() if plural == "events")
+        assert event["reason"] == "PodGrouperWarning" and "Widget ns/w1" in event["message"]
+        assert g._attempts.get(key, 0) >= 1
+        kube.put({"apiVersion": "example.com/v1", "kind": "Widget",
+                  "metadata": {"name": "w1", "namespace": "ns", "uid": "w-uid"}})
+        await until(lambda: ("podgroups", "ns", "pg-w1-w-uid") in kube.store)
+        await until(lambda: key not in g._attempts)
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+
+
+async def test_owner_with_another_uid_is_not_trusted():
+    p = pod(owner_uid="old-uid")
+    g = grouper(FakeKube([JOB, p]))
+    with pytest.raises(Exception, match="uid job-uid, the pod names old-uid"):
+        await g.reconcile(p)
+
+
+async def test_rejected_podgroup_becomes_a_warning_not_a_crash():
+    p = pod()
+    kube = FakeKube([JOB, p])
+    kube.fail_create["podgroups"] = PermanentError("spec.queue: Invalid value", status=422)
+    g = grouper(kube)
+    g.latest["ns/train-a"] = p
+    await g._handle("ns/train-a")
+    events = [o for (plural, _, _), o in kube.store.items() if plural == "events"]
+    assert len(events) == 1 and "cannot create or update the PodGroup" in events[0]["message"]
+    assert g._attempts["ns/train-a"] == 1
+    g.forget("ns/train-a")
+
+
+async def test_skipped_and_bare_pods():
+    bare = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "solo", "namespace": "ns", "uid": "u1", "annotations": {"pod-group-name": "mine"}},
+            "spec": {"schedulerName": "shoal-scheduler"}}
+    kube = FakeKube([bare])
+    g = grouper(kube)
+    assert await g.reconcile(bare) == "skipped:bare pod with pod-group-name"
+    assert kube.writes == []
+    del bare["metadata"]["annotations"]
+    assert await g.reconcile(bare) == "grouped"
+    assert ("podgroups", "ns", "pg-solo-u1") in kube.store
+
