@@ -33,7 +33,7 @@ class WebhookSettings(Section, frozen=True, kw_only=True):
     register: bool = False  # SHOAL_WEBHOOK_REGISTER: create the webhook configurations (local stack, tests)
     unregister_on_exit: bool = True
     url_host: str = "127.0.0.1"  # the host the apiserver calls (url: https://<url_host>:<port>/...)
-    config_name: str = "shoal-admission"
+    config_name: str = "shoal-admission"  # + "-<topic prefix>" when SHOAL_TOPIC_PREFIX is set
     namespace_selector: str = ""  # `k=v,...`: only pods in namespaces with these labels
     queue_selector: str = ""  # `k=v,...`: only queues with these labels
     timeout_s: Annotated[int, Meta(ge=1, le=30)] = 5
@@ -89,21 +89,25 @@ def build(settings: AdmissionSettings) -> web.Application:
             port = runner.addresses[0][1]
             log.info("webhook_serving", host=hook.host, port=port, gpu_sharing=settings.gpu_sharing,
                      runtime_class=settings.runtime_class)
+            name = registration.instance_name(hook.config_name, settings.topic_prefix)
             if hook.register:
+                stale = await registration.remove_stale(kube, keep=name)
+                if stale:
+                    log.warning("stale_webhooks_removed", configurations=stale)
                 mutating, validating = registration.configurations(
-                    hook.config_name, f"https://{hook.url_host}:{port}", files.ca_bundle(),
+                    name, f"https://{hook.url_host}:{port}", files.ca_bundle(),
                     timeout_s=hook.timeout_s, scheduler_names=settings.scheduler_names,
                     namespace_selector=hook.namespace_selector, queue_selector=hook.queue_selector)
                 await registration.register(kube, mutating, validating)
                 registered = True
-                log.info("webhooks_registered", name=hook.config_name, port=port)
+                log.info("webhooks_registered", name=name, port=port)
             readiness.add("webhook", lambda: True)
             yield
         finally:
             if registered and hook.unregister_on_exit:
                 try:
-                    await registration.unregister(kube, hook.config_name)
-                    log.info("webhooks_unregistered", name=hook.config_name)
+                    await registration.unregister(kube, name)
+                    log.info("webhooks_unregistered", name=name)
                 except Exception as exc:  # shutting down: report, do not mask the original exit
                     log.warning("webhooks_unregister_failed", error=f"{type(exc).__name__}: {exc}")
             await runner.cleanup()

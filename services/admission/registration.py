@@ -8,8 +8,11 @@ label selector; the queue hook can be narrowed with an object label selector.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import re
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from shoal.adapters import kube as k
 from shoal.errors import ConflictError, NotFoundError
@@ -19,6 +22,14 @@ MUTATING = k.Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconf
 VALIDATING = k.Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                         "ValidatingWebhookConfiguration", namespaced=False)
 SYSTEM_NAMESPACES = ["kube-system", "kube-node-lease", "shoal-system", "kai-resource-reservation"]
+SELF_REGISTERED = "shoal.io/self-registered"
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def instance_name(config_name: str, topic_prefix: str) -> str:
+    """The configurations' name: one per Shoal instance (several stacks can share one apiserver)."""
+    suffix = re.sub(r"[^a-z0-9-]+", "-", topic_prefix.lower()).strip("-")
+    return f"{config_name}-{suffix}"[:253] if suffix else config_name
 
 
 def match_labels(selector: str) -> dict[str, str]:
@@ -54,7 +65,7 @@ def configurations(name: str, base_url: str, ca_pem: bytes, *, timeout_s: int = 
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) manifests."""
     ca = base64.b64encode(ca_pem).decode()
     meta = {"name": name, "labels": {"app.kubernetes.io/part-of": "shoal",
-                                     "app.kubernetes.io/component": "admission"}}
+                                     "app.kubernetes.io/component": "admission", SELF_REGISTERED: "true"}}
     mutating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                 "metadata": dict(meta),
                 "webhooks": [{**_pod_hook("pods.mutate.shoal.io", f"{base_url}/mutate-pods", ca, "Ignore",
@@ -108,3 +119,38 @@ async def unregister(kube: k.Kube, name: str) -> None:
             await kube.delete(resource, name)
         except NotFoundError:
             pass
+
+
+async def _listening(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), port), timeout_s)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
+    return True
+
+
+async def remove_stale(kube: k.Kube, keep: str) -> list[str]:
+    """Delete self-registered configurations (other than `keep`) whose loopback endpoint no longer listens:
+    left by an instance that was killed, they would otherwise make the apiserver refuse Shoal's pods."""
+    removed = []
+    for resource in (VALIDATING, MUTATING):
+        items, _ = await kube.list(resource, label_selector=f"{SELF_REGISTERED}=true")
+        for item in items:
+            name = item["metadata"]["name"]
+            urls = [urlsplit(str((h.get("clientConfig") or {}).get("url") or "")) for h in item.get("webhooks") or []]
+            endpoints = {(u.hostname, u.port or 443) for u in urls if u.hostname}
+            if name == keep or not endpoints or not all(host in LOOPBACK for host, _ in endpoints):
+                continue
+            alive = [await _listening(host, port) for host, port in endpoints]
+            if not any(alive):
+                try:
+                    await kube.delete(resource, name)
+                    removed.append(f"{resource.kind}/{name}")
+                except NotFoundError:
+                    pass
+    return removed

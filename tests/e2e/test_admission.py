@@ -54,7 +54,7 @@ def admission(stack: Any) -> Iterator[Admission]:
            "SHOAL_WEBHOOK_CONFIG_NAME": svc.config_name, "SHOAL_WEBHOOK_CERT_DIR": str(state / "tls"),
            "SHOAL_WEBHOOK_NAMESPACE_SELECTOR": f"{TEST_LABEL}={run_id}",
            "SHOAL_WEBHOOK_QUEUE_SELECTOR": f"{TEST_LABEL}={run_id}",
-           "SHOAL_RUNTIME_CLASS": svc.runtime_class}
+           "SHOAL_RUNTIME_CLASS": svc.runtime_class, "SHOAL_TOPIC_PREFIX": ""}
     spec = service_spec("admission", env)
     pid = launch(state, spec, tie_to_parent=True)
     try:
@@ -237,3 +237,21 @@ async def test_malformed_review_is_denied_with_a_clear_message(kube, admission):
     assert missing["response"]["status"]["message"] == "malformed AdmissionReview: no request object"
     await asyncio.sleep(0)
     assert "admission_review" in admission.log()
+
+
+async def test_stale_self_registration_is_removed_live_one_kept(kube, admission):
+    from services.admission.registration import VALIDATING as VALIDATING_RESOURCE
+    from services.admission.registration import configurations, remove_stale
+    from shoal.devstack.procs import free_port
+
+    stale_name = f"shoal-admission-stale-{admission.run_id}"
+    _, stale = configurations(stale_name, f"https://127.0.0.1:{free_port()}", b"not-a-ca",
+                              namespace_selector=f"{TEST_LABEL}=nobody-{admission.run_id}",
+                              queue_selector=f"{TEST_LABEL}=nobody-{admission.run_id}")
+    await kube.create(VALIDATING_RESOURCE, stale)
+    removed = await remove_stale(kube, keep="")
+    assert f"ValidatingWebhookConfiguration/{stale_name}" in removed
+    assert not [r for r in removed if admission.config_name in r], "a live registration must be kept"
+    with pytest.raises(NotFoundError):
+        await kube.get(VALIDATING_RESOURCE, stale_name)
+    await kube.get(VALIDATING_RESOURCE, admission.config_name)

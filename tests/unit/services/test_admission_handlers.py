@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from services.admission.handlers import Admission, parse_review, review_response
-from services.admission.registration import configurations, match_labels
+from services.admission.registration import configurations, instance_name, match_labels
 from shoal.errors import TransientError
 from shoal.metrics import Metrics
 
@@ -140,3 +140,9 @@ def test_registration_scopes_and_policies():
     assert queues["objectSelector"] == {"matchLabels": {"t": "1"}}
     assert base64.b64decode(pods["clientConfig"]["caBundle"]) == b"CA"
     assert match_labels("a=b, c = d,junk") == {"a": "b", "c": "d"}
+
+
+def test_instance_name_per_topic_prefix():
+    assert instance_name("shoal-admission", "") == "shoal-admission"
+    assert instance_name("shoal-admission", "e1a2b3c4.") == "shoal-admission-e1a2b3c4"
+    assert instance_name("shoal-admission", "Weird_Prefix.") == "shoal-admission-weird-prefix"
