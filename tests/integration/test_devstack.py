@@ -378,3 +378,23 @@ async def test_fake_kubelet_catches_up_after_a_restart(
     finally:
         stop_process(tmp_path, "fakekubelet")
 
+
+async def test_graceful_delete_finishes_after_the_node_was_deleted(
+    kube_api: Any, namespace: str, gpu_nodes: Any
+) -> None:
+    """Tests delete their nodes before their namespace: the namespace's pods must still go away."""
+    from shoal.devstack.nodes import delete_nodes
+
+    [node] = await gpu_nodes(1)
+    core = client.CoreV1Api(kube_api)
+    await core.create_namespaced_pod(namespace, pod_body("orphan", grace_s=30))
+    await bind(core, namespace, "orphan", node)
+    await eventually(lambda: _is(core, namespace, "orphan", "Running"), 15, "the pod to run")
+    await delete_nodes(kube_api, [node])
+    await asyncio.sleep(0.5)
+    await core.delete_namespaced_pod("orphan", namespace)
+
+    async def gone() -> bool:
+        return await pod_phase(core, namespace, "orphan") is None
+
+    await eventually(gone, 15, "the delete of a pod whose node is gone to finish")

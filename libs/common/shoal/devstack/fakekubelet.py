@@ -30,115 +30,12 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from shoal.devstack.nodes import FAKE_NODE_LABEL
+from shoal.devstack.podstatus import PodView, finished_status, running_status
 from shoal.devstack.watch import Relist, list_all, watch_from
 
 RUN_SECONDS = "shoal.io/run-seconds"
 EXIT_CODE = "shoal.io/exit-code"
 log = logging.getLogger("shoal.fakekubelet")
-
-
-@dataclass
-class PodView:
-    """The parts of a pod the fake kubelet acts on."""
-
-    uid: str
-    namespace: str
-    name: str
-    node: str
-    phase: str
-    deleting: bool
-    grace_s: float
-    annotations: dict[str, str]
-    containers: list[tuple[str, str]]
-    start_time: str | None
-
-    @classmethod
-    def of(cls, pod: dict[str, Any]) -> PodView:
-        meta, spec, status = pod["metadata"], pod.get("spec", {}), pod.get("status", {})
-        return cls(
-            uid=meta["uid"],
-            namespace=meta["namespace"],
-            name=meta["name"],
-            node=spec.get("nodeName", ""),
-            phase=status.get("phase") or "Pending",
-            deleting=bool(meta.get("deletionTimestamp")),
-            grace_s=float(meta.get("deletionGracePeriodSeconds") or 0),
-            annotations=meta.get("annotations") or {},
-            containers=[(c["name"], c.get("image", "")) for c in spec.get("containers", [])],
-            start_time=status.get("startTime"),
-        )
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def running_status(pod: PodView, pod_ip: str) -> dict[str, Any]:
-    now = _now()
-    conds = ["PodScheduled", "Initialized", "PodReadyToStartContainers", "ContainersReady", "Ready"]
-    return {
-        "phase": "Running",
-        "startTime": now,
-        "hostIP": "127.0.0.1",
-        "hostIPs": [{"ip": "127.0.0.1"}],
-        "podIP": pod_ip,
-        "podIPs": [{"ip": pod_ip}],
-        "conditions": [{"type": c, "status": "True", "lastTransitionTime": now} for c in conds],
-        "containerStatuses": [
-            {
-                "name": name,
-                "image": image or "fake",
-                "imageID": f"fake://{image or 'fake'}",
-                "containerID": f"fake://{pod.uid}-{name}",
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": now}},
-            }
-            for name, image in pod.containers
-        ],
-    }
-
-
-def finished_status(pod: PodView, exit_code: int) -> dict[str, Any]:
-    now = _now()
-    reason = "Completed" if exit_code == 0 else "Error"
-    started = pod.start_time or now
-    return {
-        "phase": "Succeeded" if exit_code == 0 else "Failed",
-        "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": started},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": started},
-            {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": now},
-            {
-                "type": "ContainersReady",
-                "status": "False",
-                "reason": "PodCompleted",
-                "lastTransitionTime": now,
-            },
-            {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
-        ],
-        "containerStatuses": [
-            {
-                "name": name,
-                "image": image or "fake",
-                "imageID": f"fake://{image or 'fake'}",
-                "containerID": f"fake://{pod.uid}-{name}",
-                "ready": False,
-                "started": False,
-                "restartCount": 0,
-                "state": {
-                    "terminated": {
-                        "exitCode": exit_code,
-                        "reason": reason,
-                        "startedAt": started,
-                        "finishedAt": now,
-                    }
-                },
-            }
-            for name, image in pod.containers
-        ],
-    }
 
 
 @dataclass
@@ -148,6 +45,9 @@ class FakeKubelet:
     concurrency: int = 32
     node_selector: str = f"{FAKE_NODE_LABEL}=true"
     nodes: set[str] = field(default_factory=set)
+    # nodes once fake and since deleted: graceful deletes of their pods still finish (else a test's namespace,
+    # deleted after its nodes, would stay Terminating)
+    gone_nodes: set[str] = field(default_factory=set)
     pods: dict[str, PodView] = field(default_factory=dict)
     finish_timers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     delete_timers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -159,6 +59,8 @@ class FakeKubelet:
     # ---- decisions -------------------------------------------------------------------------------------
     def reconcile(self, pod: PodView) -> None:
         if pod.node not in self.nodes:
+            if pod.deleting and pod.node in self.gone_nodes and pod.uid not in self.delete_timers:
+                self.delete_timers[pod.uid] = asyncio.ensure_future(self._later(0.0, self._delete, pod))
             return
         if pod.deleting:
             if pod.uid not in self.delete_timers:
@@ -270,7 +172,9 @@ class FakeKubelet:
     # ---- list + watch -------------------------------------------------------------------------------------
     async def run_nodes(self, ready: asyncio.Event) -> None:
         async def on_list(items: list[dict[str, Any]]) -> None:
-            self.nodes = {n["metadata"]["name"] for n in items}
+            listed = {n["metadata"]["name"] for n in items}
+            self.gone_nodes |= self.nodes - listed
+            self.nodes = listed
             for pod in list(self.pods.values()):
                 self.reconcile(pod)
 
@@ -278,8 +182,10 @@ class FakeKubelet:
             name = obj["metadata"]["name"]
             if kind == "DELETED":
                 self.nodes.discard(name)
+                self.gone_nodes.add(name)
             elif name not in self.nodes:
                 self.nodes.add(name)
+                self.gone_nodes.discard(name)
                 for pod in list(self.pods.values()):
                     if pod.node == name:
                         self.reconcile(pod)
