@@ -83,19 +83,22 @@ class Task:
     def __init__(self, pod: Pod, job: Job | None) -> None:
         self.pod = pod
         self.job = job
-        self.key = pod.key
+        self.key = f"{pod.namespace}/{pod.name}"
         self.status = PENDING
         self.node: NodeState | None = None
         self.groups: tuple[str, ...] = ()
         self.cpu = pod.cpu_milli
         self.mem = pod.memory_bytes
-        self.gpus = pod.gpus
+        g = self.gpus = pod.gpus
         frac = pod.fraction
-        self.frac_milli = frac.portion_milli if frac is not None else None
-        self.frac_mem = frac.gpu_memory_mib if frac is not None else None
-        self.devices = frac.num_devices if frac is not None else 0
-        self.gpu_fair = pod.gpus * DEVICE_MILLI  # queue accounting (fair share), milli-GPU
-        self.gpu_limit = self.gpu_fair  # limit/quota checks
+        if frac is None:
+            self.frac_milli = self.frac_mem = None
+            self.devices = 0
+        else:
+            self.frac_milli = frac.portion_milli
+            self.frac_mem = frac.gpu_memory_mib
+            self.devices = frac.num_devices
+        self.gpu_fair = self.gpu_limit = g * DEVICE_MILLI  # queue accounting: fair share / limit checks
         self.subgroup = pod.subgroup
         self.order: tuple = ()
 
@@ -291,7 +294,16 @@ class Session:
                     req[1] += task.mem
                     req[2] += task.gpu_fair
                 continue
-            self._occupy(node, pod, task, res_ns)
+            if pod.deleting or pod.gpu_groups:
+                self._occupy(node, pod, task, res_ns)
+            else:  # the common case, inlined: a running pod holding whole resources
+                if task is not None:
+                    task.node = node
+                    task.status = RUNNING
+                node.idle_cpu -= pod.cpu_milli
+                node.idle_mem -= pod.memory_bytes
+                node.idle_pods -= 1
+                node.idle_gpus -= pod.gpus
             if task is not None and task.status == RUNNING:
                 job.allocated_at_start += 1
                 acc = own.get(job.queue)
