@@ -309,3 +309,47 @@ async def test_plain_job_is_scheduled_end_to_end(podgrouper, shoal, kube, namesp
     assert {p["spec"]["nodeName"] for p in pods} <= {f"{node_pool}-n1", f"{node_pool}-n2"}
     pg = await podgroup(kube, namespace, name)
     assert pg["spec"]["minMember"] == 2 and pg["spec"]["queue"] == queue
+
+
+async def test_killed_podgrouper_converges_after_restart(stack, kube, namespace):
+    """SIGKILL mid-burst, more Jobs while it is down, restart: one PodGroup per Job, every pod annotated.
+    A scheduler name of its own keeps the module's podgrouper out of this test."""
+    import os
+    import signal
+
+    from shoal.devstack.procs import launch, stop_process, wait_ready
+    from shoal.devstack.scheduler import service_spec
+
+    scheduler = f"shoal-kill-{uuid.uuid4().hex[:6]}"
+    state = Path(tempfile.mkdtemp(prefix="shoal-podgrouper-kill-"))
+    spec = service_spec("podgrouper", {**stack.env(), "SHOAL_SCHEDULER_NAMES": scheduler})
+
+    def jobs(first: int, count: int) -> list[dict]:
+        out = []
+        for i in range(first, first + count):
+            body = job(f"burst-{i}", 2, "2")
+            body["spec"]["template"]["spec"]["schedulerName"] = scheduler
+            out.append(body)
+        return out
+
+    pid = await asyncio.to_thread(lambda: launch(state, spec, tie_to_parent=True))
+    try:
+        await asyncio.to_thread(wait_ready, state, spec, pid)
+        created = [await kube.create(JOBS, b, namespace=namespace) for b in jobs(0, 4)]
+        await asyncio.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.to_thread(stop_process, state, spec.name)  # reaps the killed process
+        created += [await kube.create(JOBS, b, namespace=namespace) for b in jobs(4, 4)]
+        await asyncio.sleep(1)
+        pid = await asyncio.to_thread(lambda: launch(state, spec, tie_to_parent=True))
+        await asyncio.to_thread(wait_ready, state, spec, pid)
+        pods = await grouped(kube, namespace, "burst-", 16)
+    finally:
+        await asyncio.to_thread(stop_process, state, spec.name)
+    expected = {j["metadata"]["name"]: f"pg-{j['metadata']['name']}-{j['metadata']['uid']}" for j in created}
+    for p in pods:
+        owner = p["metadata"]["ownerReferences"][0]["name"]
+        assert annotation(p) == expected[owner]
+    items, _ = await kube.list(PODGROUPS, namespace=namespace)
+    assert sorted(pg["metadata"]["name"] for pg in items) == sorted(expected.values())
+    assert all(pg["spec"]["minMember"] == 2 for pg in items)
