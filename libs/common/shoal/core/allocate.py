@@ -16,7 +16,7 @@ invalid GPU-sharing annotation are reported and skipped; jobs in a non-leaf queu
 
 from __future__ import annotations
 
-from shoal.core import capacity, reasons
+from shoal.core import capacity, reasons, topology
 from shoal.core.context import Context
 from shoal.core.ordering import (
     DEFAULT_POLICY,
@@ -214,7 +214,11 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         if verdict is not None:
             ctx.outcome(job).reasons.append((verdict.reason, verdict.message, verdict.details))
             continue
-        if allocate_job(ctx, job, tasks) and any(t.status == PENDING for t in job.tasks):
+        if topology.constraint_of(job):  # core II: topology-aware placement tries one domain at a time
+            placed = topology.allocate_in_domains(ctx, job, tasks, allocate_job)
+        else:
+            placed = allocate_job(ctx, job, tasks)
+        if placed and any(t.status == PENDING for t in job.tasks):
             jq.shares = ctx.shares
             jq.push(job)
 

@@ -222,6 +222,14 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     reclaimer_saturation_multiplier: float = 1.0  # KAI relcaimerSaturationMultiplier; < 1 reads as 1
 
 
+class Topology(msgspec.Struct, frozen=True, kw_only=True):
+    """A Topology CR (kai.scheduler/v1alpha1): node-label levels, top to bottom (core II, topology.py)."""
+
+    name: str
+    levels: tuple[str, ...] = ()  # node label keys
+    aliases: tuple[str, ...] = ()  # optional alias per level ("" when none)
+
+
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
@@ -231,6 +239,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     config: ShardConfig = ShardConfig()
     now: str | int = 0  # RFC3339 string or epoch seconds
     revision: int = 0
+    topologies: tuple[Topology, ...] = ()
 
 
 def make_snapshot(
@@ -243,6 +252,7 @@ def make_snapshot(
     config: ShardConfig | None = None,
     now: str | int = 0,
     revision: int = 0,
+    topologies=(),
 ) -> Snapshot:
     """Build a Snapshot with every collection sorted by its id (input order never matters)."""
     return Snapshot(
@@ -254,6 +264,7 @@ def make_snapshot(
         config=config if config is not None else ShardConfig(),
         now=now,
         revision=revision,
+        topologies=tuple(sorted(topologies, key=lambda t: t.name)),
     )
 
 

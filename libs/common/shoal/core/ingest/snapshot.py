@@ -26,7 +26,7 @@ from shoal.core.ingest.nodes import node_from
 from shoal.core.ingest.podgroups import podgroup_from
 from shoal.core.ingest.pods import pod_from
 from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
-from shoal.core.model import Snapshot, make_snapshot
+from shoal.core.model import Snapshot, Topology, make_snapshot
 from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL, OwnerIndex, group_pod
 
 TOPOLOGY_KIND = "Topology"
@@ -161,7 +161,10 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
 
     snapshot = make_snapshot(nodes=nodes.values(), pods=pods.values(), pod_groups=groups.values(),
                              queues=queues.values(), priority_classes=classes.values(), config=shard,
-                             now=now_text, revision=revision)
+                             now=now_text, revision=revision,
+                             topologies=[Topology(name=name, levels=tuple(lv.node_label for lv in levels),
+                                                  aliases=tuple(lv.alias for lv in levels))
+                                         for name, levels in topologies.items()])
     return IngestResult(snapshot=snapshot, problems=tuple(sorted(problems)), settings=settings,
                         topologies=topologies, generated_podgroups=generated, pod_groups_of_pods=membership)
 
