@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from aiohttp import web
 from msgspec import Meta
@@ -24,7 +24,7 @@ log = get_logger("services.admission")
 
 
 class WebhookSettings(Section, frozen=True, kw_only=True):
-    host: str = "127.0.0.1"  # SHOAL_WEBHOOK_HOST (0.0.0.0 in a cluster)
+    host: str = ""  # SHOAL_WEBHOOK_HOST; empty: the same as SHOAL_HTTP_HOST (0.0.0.0 in a cluster)
     port: Port = 8443  # SHOAL_WEBHOOK_PORT; 0 picks a free port
     tls_cert_file: str = ""  # SHOAL_WEBHOOK_TLS_CERT_FILE; unset: a self-signed CA + cert in cert_dir
     tls_key_file: str = ""
@@ -47,10 +47,18 @@ class WebhookSettings(Section, frozen=True, kw_only=True):
 
 
 class AdmissionSettings(ServiceSettings, frozen=True, kw_only=True):
+    env_aliases: ClassVar[dict[str, str]] = {"scheduler_names": "SHOAL_SCHEDULER_NAME"}  # as shoal-config sets
+
     scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
     gpu_sharing: bool = True  # SHOAL_GPU_SHARING: false rejects every fraction pod (KAI's default)
-    runtime_class: str = "nvidia"  # SHOAL_RUNTIME_CLASS: injected into fraction pods if it exists; "" disables
+    runtime_class: str = "nvidia"  # SHOAL_RUNTIME_CLASS: injected into fraction pods if it exists; "none" disables
     webhook: WebhookSettings = WebhookSettings()
+
+    @property
+    def injected_runtime_class(self) -> str:
+        """The RuntimeClass to inject, "" when disabled (an empty variable keeps the default, so `none`)."""
+        value = self.runtime_class.strip()
+        return "" if value.lower() in ("", "none", '""', "''", "-") else value
 
 
 def tls_files(settings: WebhookSettings) -> TlsFiles:
@@ -77,18 +85,19 @@ def build(settings: AdmissionSettings) -> web.Application:
 
         admission = Admission(metrics=metrics, runtime_class_exists=RuntimeClassLookup(kube),
                               list_queues=list_queues, gpu_sharing=settings.gpu_sharing,
-                              runtime_class=settings.runtime_class, scheduler_names=settings.scheduler_names)
+                              runtime_class=settings.injected_runtime_class, scheduler_names=settings.scheduler_names)
         webhooks = web.Application()
         admission.routes(webhooks)
         runner = web.AppRunner(webhooks, handle_signals=False, access_log=None)
         await runner.setup()
         registered = False
         try:
-            site = web.TCPSite(runner, hook.host, hook.port, ssl_context=files.server_context())
+            host = hook.host or settings.http.host
+            site = web.TCPSite(runner, host, hook.port, ssl_context=files.server_context())
             await site.start()
             port = runner.addresses[0][1]
-            log.info("webhook_serving", host=hook.host, port=port, gpu_sharing=settings.gpu_sharing,
-                     runtime_class=settings.runtime_class)
+            log.info("webhook_serving", host=host, port=port, gpu_sharing=settings.gpu_sharing,
+                     runtime_class=settings.injected_runtime_class)
             name = registration.instance_name(hook.config_name, settings.topic_prefix)
             if hook.register:
                 stale = await registration.remove_stale(kube, keep=name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from aiohttp import web
 from msgspec import Meta
@@ -19,6 +19,8 @@ GROUPER = web.AppKey("podgrouper", PodGrouper)
 
 
 class PodGrouperSettings(ServiceSettings, frozen=True, kw_only=True):
+    env_aliases: ClassVar[dict[str, str]] = {"scheduler_names": "SHOAL_SCHEDULER_NAME"}  # as shoal-config sets
+
     scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
     workers: Annotated[int, Meta(ge=1, le=64)] = 4  # SHOAL_WORKERS: pods grouped concurrently
     retry_max_s: Annotated[float, Meta(gt=0)] = 30.0  # SHOAL_RETRY_MAX_S: backoff cap for unreadable owners

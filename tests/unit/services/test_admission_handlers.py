@@ -146,3 +146,21 @@ def test_instance_name_per_topic_prefix():
     assert instance_name("shoal-admission", "") == "shoal-admission"
     assert instance_name("shoal-admission", "e1a2b3c4.") == "shoal-admission-e1a2b3c4"
     assert instance_name("shoal-admission", "Weird_Prefix.") == "shoal-admission-weird-prefix"
+
+
+def test_settings_from_env():
+    import pytest
+
+    from services.admission.app import AdmissionSettings
+    from shoal.errors import ConfigError
+    from shoal.settings import load_settings
+
+    s = load_settings(AdmissionSettings, {"SHOAL_SCHEDULER_NAME": "kai-scheduler", "SHOAL_WEBHOOK_PORT": "0",
+                                          "SHOAL_GPU_SHARING": "false", "SHOAL_RUNTIME_CLASS": "none"})
+    assert s.scheduler_names == ("kai-scheduler",) and s.webhook.port == 0
+    assert s.gpu_sharing is False and s.injected_runtime_class == ""
+    assert load_settings(AdmissionSettings, {}).injected_runtime_class == "nvidia"
+    assert AdmissionSettings(runtime_class="").injected_runtime_class == ""
+    with pytest.raises(ConfigError) as info:
+        load_settings(AdmissionSettings, {"SHOAL_WEBHOOK_TLS_CERT_FILE": "/x", "SHOAL_WEBHOOK_TIMEOUT_S": "99"})
+    assert len(info.value.problems) == 2

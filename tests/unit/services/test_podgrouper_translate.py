@@ -97,3 +97,13 @@ def test_input_warnings_and_event():
     assert event["reason"] == "PodGrouperWarning" and event["type"] == "Warning"
     assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "p-0", "namespace": "ns",
                                        "uid": "pod-uid"}
+
+
+def test_settings_from_env():
+    from services.podgrouper.app import PodGrouperSettings
+    from shoal.settings import load_settings
+
+    assert load_settings(PodGrouperSettings, {}).scheduler_names == ("shoal-scheduler",)
+    assert load_settings(PodGrouperSettings, {"SHOAL_SCHEDULER_NAME": "kai-scheduler"}).scheduler_names == (
+        "kai-scheduler",)
+    assert load_settings(PodGrouperSettings, {"SHOAL_SCHEDULER_NAMES": "a, b"}).scheduler_names == ("a", "b")
