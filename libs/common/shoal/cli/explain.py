@@ -1,8 +1,8 @@
 """`shoal explain POD|PODGROUP [-n NAMESPACE]`: why a pod or pod group is pending, or why it was evicted.
 
 Asks the api service (`--api`, default $SHOAL_API_URL or http://127.0.0.1:8080); when none answers, reads the
-apiserver (kubeconfig from $SHOAL_KUBECONFIG / $KUBECONFIG) and Redis ($SHOAL_REDIS_URL) directly — then
-without the decision history the api keeps. The first line is the verdict, e.g.
+apiserver (kubeconfig from $SHOAL_KUBECONFIG / $KUBECONFIG), Redis ($SHOAL_REDIS_URL) and, when
+$SHOAL_KAFKA_BOOTSTRAP is set, the decision topic (from the beginning) directly. The first line is the verdict, e.g.
 
     team-a/train: pending: PodSchedulingErrors: Resources were found for 4 pods while 5 are required for gang …
     queue q: fair share 4 GPUs, allocated 4, limit 4 (quota; limit omitted), deserved 4, requested 9
@@ -21,7 +21,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 DEFAULT_API = "http://127.0.0.1:8080"
@@ -81,6 +81,23 @@ async def with_redis(work: Callable[[Any], Awaitable[Any]]) -> Any:
         await redis.aclose()
 
 
+async def decision_history(timeout_s: float = 10.0) -> list[dict]:
+    """The decisions on the topic ($SHOAL_KAFKA_BOOTSTRAP, $SHOAL_TOPIC_PREFIX), read from the beginning;
+    none when Kafka is not configured or not reachable (the explanation is then made without them)."""
+    from shoal.cli.events import TOPIC, stream
+
+    bootstrap = os.environ.get("SHOAL_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        return []
+    events: list[dict] = []
+    try:
+        await asyncio.wait_for(stream(bootstrap, os.environ.get("SHOAL_TOPIC_PREFIX", "") + TOPIC, follow=False,
+                                      on_event=events.append, idle_s=1.0), timeout_s)
+    except (Exception, TimeoutError):  # noqa: BLE001 - decisions are a bonus here, not a requirement
+        pass
+    return events
+
+
 async def direct(namespace: str, name: str) -> dict:
     """The explanation read straight from the apiserver and Redis (no api service)."""
     from shoal.adapters import kube as k
@@ -96,9 +113,15 @@ async def direct(namespace: str, name: str) -> dict:
         response = await kube.open("GET", "/version", timeout=5)  # fail fast when the apiserver is down
         response.release()
 
+        history = await decision_history()
+
+        def decisions_for(subjects: Sequence[str]) -> list[dict]:
+            return [e for e in history
+                    if e.get("subject") in subjects or (e.get("data") or {}).get("podGroup") in subjects]
+
         async def work(redis: Any) -> dict:
             fair = LatestValue(redis, redis_keys.fair_share, FairShareComputed) if redis is not None else None
-            answer = await explain(kube, fair, namespace, name)
+            answer = await explain(kube, fair, namespace, name, decisions_for=decisions_for)
             if redis is None and answer["queue"]:
                 answer["queueLine"] = f"queue {answer['queue']}: fair-share figures unavailable (Redis not reachable)"
             return answer
