@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,8 +25,32 @@ _PR_SET_PDEATHSIG = 1
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1 right now (the OS picks it)."""
+    """A port free on 127.0.0.1 right now, below the ephemeral range when possible.
+
+    The OS hands out ephemeral ports to outgoing connections too: a port picked with bind(0) and released
+    could be taken by some client's connect() before our server binds it. Ports below the ephemeral range are
+    only taken by servers binding them explicitly.
+    """
+    low, _high = _ephemeral_range()
+    if low > 20000:
+        for _ in range(50):
+            port = random.randrange(15000, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                if not port_open(port):
+                    return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -127,15 +127,23 @@ def up(
         raise DevStackError(f"a stack is already running in {state_dir}: run `shoal dev down` first")
     _check_ours(state_dir)
     ensure_binaries(say)
-    if state_dir.exists():
-        shutil.rmtree(state_dir)
-    state_dir.mkdir(parents=True)
-    info = StackInfo(kubeconfig="", kafka_bootstrap="", redis_url="", state_dir=str(state_dir))
-    try:
-        _start_core(state_dir, info, tie_to_parent, delete_delay_s, say)
-    except BaseException:
-        _stop_all(state_dir, CORE_COMPONENTS)
-        raise
+    for attempt in (1, 2):
+        if state_dir.exists():
+            shutil.rmtree(state_dir)
+        state_dir.mkdir(parents=True)
+        info = StackInfo(kubeconfig="", kafka_bootstrap="", redis_url="", state_dir=str(state_dir))
+        try:
+            _start_core(state_dir, info, tie_to_parent, delete_delay_s, say)
+            break
+        except DevStackError as exc:
+            _stop_all(state_dir, CORE_COMPONENTS)
+            # a port picked free was taken before the server bound it: new ports, once
+            if attempt == 2 or "port already in use" not in str(exc):
+                raise
+            say(f"devstack: {exc}; starting again on other ports")
+        except BaseException:
+            _stop_all(state_dir, CORE_COMPONENTS)
+            raise
     info.save()
     return info
 
