@@ -45,7 +45,9 @@ def _services(stack: Any) -> Iterator[Services]:
     env = {**stack.env(), "SHOAL_TOPIC_PREFIX": prefix, "SHOAL_LOG_LEVEL": "INFO",
            "SHOAL_KAFKA_SESSION_TIMEOUT_MS": "6000", "SHOAL_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
            "SHOAL_RESERVATION_TIMEOUT_S": "20", "SHOAL_SHARD_PREFIX": "pool-",
-           "SHOAL_RESERVATION_SYNC_S": "1", "SHOAL_RESERVATION_GRACE_S": "2"}
+           "SHOAL_RESERVATION_SYNC_S": "1", "SHOAL_RESERVATION_GRACE_S": "2",
+           # nodes labelled shoal.io/isolated belong to a test that runs its own services (test_faults)
+           "SHOAL_FAKE_NODE_SELECTOR": "shoal.io/fake-node=true,!shoal.io/isolated"}
     try:
         pids = start_services(state, env, tie_to_parent=True)
     except DevStackError as exc:

@@ -52,14 +52,17 @@ def run(args: argparse.Namespace) -> int:
     state = Path(tempfile.mkdtemp(prefix="shoal-demo-")) if attached else args.state_dir
     prefix = f"demo{uuid.uuid4().hex[:6]}." if attached else ""
     started: dict[str, int] = {}
+    from shoal.devstack.demo import Names
+
+    names = Names.unique(uuid.uuid4().hex[:6]) if attached else Names()
     try:
         info = attached or up(state, say=_say)
-        asyncio.run(_prepare(info.kubeconfig))
+        asyncio.run(_prepare(info.kubeconfig, names))
         _say("demo: starting Shoal's services: " + ", ".join(SERVICES))
         env = {**info.env(), "SHOAL_TOPIC_PREFIX": prefix}
         started = start_services(state, env)
         _say(f"demo: services ready; logs in {state / 'logs'}")
-        ok = asyncio.run(_workload_and_stream(info, prefix, args))
+        ok = asyncio.run(_workload_and_stream(info, prefix, args, names))
     except DevStackError as exc:
         _say(f"shoal demo: {exc}")
         ok = False
@@ -69,15 +72,28 @@ def run(args: argparse.Namespace) -> int:
         if not args.keep:
             for name in started:
                 stop_process(state, name)
-            if not attached:
+            if attached:
+                asyncio.run(_remove(info.kubeconfig, names))
+            else:
                 down(state)
     return 0 if ok else 1
 
 
-async def _prepare(kubeconfig: str) -> None:
+async def _remove(kubeconfig: str, names) -> None:  # type: ignore[no-untyped-def]
+    from shoal.adapters.kube import Kube, connect_kube
+    from shoal.devstack import demo
+    from shoal.settings import KubeSettings
+
+    api = await connect_kube(KubeSettings(kubeconfig=kubeconfig))
+    try:
+        await demo.remove(Kube(api), names)
+    finally:
+        await api.close()
+
+
+async def _prepare(kubeconfig: str, names) -> None:  # type: ignore[no-untyped-def]
     from kubernetes_asyncio import client, config
 
-    from shoal.devstack import demo
     from shoal.devstack.nodes import create_gpu_nodes
     from shoal.devstack.scheduler import install_base
 
@@ -85,12 +101,11 @@ async def _prepare(kubeconfig: str) -> None:
     cfg = client.Configuration()
     await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     async with client.ApiClient(cfg) as api:
-        names = await create_gpu_nodes(api, [f"{demo.POOL}-n1", f"{demo.POOL}-n2"], gpus=2, gpu_memory_mib=40960,
-                                       pool=demo.POOL)
-    _say(f"demo: fake GPU nodes {', '.join(names)} (2 GPUs each) in node pool {demo.POOL!r}")
+        made = await create_gpu_nodes(api, names.nodes, gpus=2, gpu_memory_mib=40960, pool=names.pool)
+    _say(f"demo: fake GPU nodes {', '.join(made)} (2 GPUs each) in node pool {names.pool!r}")
 
 
-async def _workload_and_stream(info, prefix: str, args: argparse.Namespace) -> bool:  # type: ignore[no-untyped-def]
+async def _workload_and_stream(info, prefix: str, args: argparse.Namespace, names) -> bool:  # type: ignore[no-untyped-def]
     from shoal.adapters.kube import Kube, connect_kube
     from shoal.cli.events import TOPIC, describe, stream
     from shoal.devstack import demo
@@ -103,7 +118,7 @@ async def _workload_and_stream(info, prefix: str, args: argparse.Namespace) -> b
 
     def on_event(event: dict) -> bool:
         subject = event.get("subject", "")
-        if not subject.startswith(demo.NAMESPACE + "/"):
+        if not subject.startswith(names.namespace + "/"):
             return False
         print(describe(event), flush=True)
         kind = event.get("type", "").rsplit(".", 1)[-1]
@@ -116,14 +131,14 @@ async def _workload_and_stream(info, prefix: str, args: argparse.Namespace) -> b
         return args.exit_when_done and seen["five"] and len(seen["three"]) == 3
 
     try:
-        await demo.submit(kube, [demo.namespace_doc(), demo.queue()])
+        await demo.submit(kube, [demo.namespace_doc(names.namespace), demo.queue(names.queue)])
         _say("demo: submitting gang-of-5 (minMember 5, 1 GPU each) — more than the 4 GPUs there are")
-        await demo.submit(kube, demo.gang("gang-of-5", 5))
+        await demo.submit(kube, demo.gang("gang-of-5", 5, names))
         watcher = asyncio.create_task(stream(info.kafka_bootstrap, prefix + TOPIC, follow=True, on_event=on_event))
         try:
             await asyncio.wait_for(five_ready.wait(), timeout=args.timeout)
             _say("demo: submitting gang-of-3 (minMember 3, 1 GPU each)")
-            await demo.submit(kube, demo.gang("gang-of-3", 3))
+            await demo.submit(kube, demo.gang("gang-of-3", 3, names))
             if args.exit_when_done:
                 await asyncio.wait_for(watcher, timeout=args.timeout)
             else:

@@ -7,6 +7,8 @@ First a 5-pod gang (minMember 5, 1 GPU each): only 4 GPUs exist, so it stays Pen
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from shoal.adapters import kube as k
 
 NAMESPACE = "shoal-demo"
@@ -15,8 +17,25 @@ POOL = "demo"
 SCHEDULER = "shoal-scheduler"
 
 
-def gang(name: str, size: int, *, namespace: str = NAMESPACE, queue: str = QUEUE, pool: str = POOL,
-         run_seconds: int | None = None) -> list[dict]:
+@dataclass(frozen=True)
+class Names:
+    """Where the demo lives. On a shared stack every name gets a suffix so runs never meet each other."""
+
+    namespace: str = NAMESPACE
+    queue: str = QUEUE
+    pool: str = POOL
+
+    @classmethod
+    def unique(cls, suffix: str) -> Names:
+        return cls(namespace=f"{NAMESPACE}-{suffix}", queue=f"{QUEUE}-{suffix}", pool=f"{POOL}-{suffix}")
+
+    @property
+    def nodes(self) -> list[str]:
+        return [f"{self.pool}-n1", f"{self.pool}-n2"]
+
+
+def gang(name: str, size: int, names: Names = Names(), *, run_seconds: int | None = None) -> list[dict]:
+    namespace, queue, pool = names.namespace, names.queue, names.pool
     pg = {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
           "metadata": {"name": name, "namespace": namespace, "labels": {"kai.scheduler/node-pool": pool}},
           "spec": {"minMember": size, "queue": queue, "priorityClassName": "train"}}
@@ -53,3 +72,15 @@ async def submit(kube: k.Kube, docs: list[dict]) -> None:
 
 def namespace_doc(name: str = NAMESPACE) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+async def remove(kube: k.Kube, names: Names) -> None:
+    """Delete what the demo created on a shared stack: its namespace, queue and nodes."""
+    from shoal.errors import NotFoundError
+
+    for resource, name in [(k.NAMESPACES, names.namespace), (k.QUEUES, names.queue),
+                           *((k.NODES, n) for n in names.nodes)]:
+        try:
+            await kube.delete(resource, name)
+        except NotFoundError:
+            pass
