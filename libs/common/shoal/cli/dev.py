@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    except Exception as exc:  # noqa: BLE001 - one line for the user, never a traceback
+        print(f"shoal dev {args.dev_command}: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 def _say(msg: str) -> None:

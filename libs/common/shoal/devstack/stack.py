@@ -188,7 +188,11 @@ def _start_core(
         # the fake kubelet retries its first list until the apiserver answers: start it now, so its
         # interpreter start-up overlaps the apiserver's
         launch_(components.fake_kubelet(state, kubeconfig, delete_delay_s))
-        if formatting.wait(timeout=60) != 0:
+        try:
+            formatted = formatting.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            raise DevStackError("kafka storage format did not finish in 90s (machine overloaded?)") from None
+        if formatted != 0:
             raise DevStackError(
                 f"kafka storage format failed: {last_log_line(state / 'kafka' / 'format.log')}"
             )
