@@ -2,7 +2,7 @@
 supervised process, wait for its /readyz.
 
     await install_base(kubeconfig)                  # CRDs, PriorityClasses, namespaces (deploy/k8s/base)
-    pids = start_services(state_dir, stack.env())   # snapshotter, fairshare, planner, binder, nodeagent
+    pids = start_services(state_dir, stack.env())   # every service in SERVICES
     stop_services(state_dir, pids)
 
 Used by `shoal dev up` (with the demo) and by the end-to-end tests (with a topic prefix per run).
@@ -20,7 +20,7 @@ import yaml
 
 from shoal.devstack.procs import ProcessSpec, free_port, launch, stop_process, wait_ready
 
-SERVICES = ("snapshotter", "fairshare", "planner", "binder", "nodeagent")
+SERVICES = ("snapshotter", "podgrouper", "fairshare", "planner", "binder", "nodeagent", "admission")
 REPO = Path(__file__).resolve().parents[4]
 BASE = REPO / "deploy" / "k8s" / "base"
 BASE_FILES = (
@@ -33,6 +33,8 @@ BASE_FILES = (
 
 SERVICE_ENV: dict[str, dict[str, str]] = {
     "nodeagent": {"SHOAL_ALL_FAKE_NODES": "true", "SHOAL_BACKEND": "fake"},
+    # HTTPS on a free port with a self-signed CA; registers its webhooks (named per topic prefix) itself
+    "admission": {"SHOAL_WEBHOOK_PORT": "0", "SHOAL_WEBHOOK_REGISTER": "true"},
 }
 
 
