@@ -196,6 +196,12 @@ async def explain(kube: k.Kube, fair_shares: LatestValue[FairShareComputed] | No
     pod = await _get(kube, k.PODS, name, namespace)
     pg_name = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(POD_GROUP_ANNOTATION) if pod else name
     pod_group = await _get(kube, k.PODGROUPS, pg_name, namespace) if pg_name else None
+    if pod is None and pod_group is None and decisions_for is not None:  # a gone pod: its group from decisions
+        groups = [str((d.get("data") or {}).get("podGroup", "")) for d in decisions_for([subject])]
+        ns_pg = next((g for g in reversed(groups) if g.startswith(f"{namespace}/")), "")
+        if ns_pg:
+            pg_name = ns_pg.split("/", 1)[1]
+            pod_group = await _get(kube, k.PODGROUPS, pg_name, namespace)
     pg_subject = f"{namespace}/{pg_name}" if pod_group is not None else None
     subjects = [subject] + ([pg_subject] if pg_subject and pg_subject != subject else [])
     decisions = list(decisions_for(subjects))[-MAX_DECISIONS:] if decisions_for else []
