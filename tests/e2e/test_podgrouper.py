@@ -288,6 +288,16 @@ async def test_skip_podgrouper_and_unreadable_owner(podgrouper, kube, namespace)
     assert annotation(external) == "my-own-group"
     items, _ = await kube.list(PODGROUPS, namespace=namespace)
     assert [pg["metadata"]["name"] for pg in items if "external" in pg["metadata"]["name"]] == []
+    junk = await kube.create(JOBS, job("junk", 1, "three"), namespace=namespace)  # bad input: default + event
+    [junk_pod] = await grouped(kube, namespace, "junk-", 1)
+    assert (await podgroup(kube, namespace, annotation(junk_pod)))["spec"]["minMember"] == 1
+    assert annotation(junk_pod) == f"pg-junk-{junk['metadata']['uid']}"
+
+    async def junk_warned() -> list[dict]:
+        items, _ = await kube.list(CORE_EVENTS, namespace=namespace)
+        return [e for e in items if e.get("reason") == "PodGrouperWarning" and "'three'" in e["message"]]
+
+    await eventually(junk_warned, timeout_s=30, what="a PodGrouperWarning about batch-min-member 'three'")
     widget = (await pods_of(kube, namespace, "widget-0"))[0]
     assert "pod-group-name" not in (widget["metadata"].get("annotations") or {})
     log = (podgrouper / "logs" / "shoal-podgrouper.log").read_text()
