@@ -246,6 +246,10 @@ def validate_queue(operation: str, queue: Mapping, old: Mapping | None, queues: 
         errors.append(f"parentQueue: a queue cannot be its own parent ({name!r})")
     elif parent and parent not in existing and operation == "CREATE":
         errors.append(f"parentQueue: parent queue {parent!r} does not exist; create it first")
+    elif parent:
+        cycle = _cycle(name, parent, existing)
+        if cycle:
+            errors.append(f"parentQueue: {parent!r} would make a cycle: {' -> '.join(cycle)}")
     if errors:
         return Verdict(denial="; ".join(errors), warnings=warnings)
     existing[name] = queue
@@ -254,6 +258,19 @@ def validate_queue(operation: str, queue: Mapping, old: Mapping | None, queues: 
     if any(_parent(q) == name for q in existing.values()):
         warnings += _children_over_parent(name, existing)
     return Verdict(warnings=warnings)
+
+
+def _cycle(name: str, parent: str, queues: Mapping[str, Mapping]) -> list[str]:
+    """The ancestor path back to `name` if `name` under `parent` closes a loop, else []."""
+    path, current = [name, parent], parent
+    while current in queues and len(path) <= len(queues) + 1:
+        current = _parent(queues[current])
+        if not current:
+            return []
+        path.append(current)
+        if current == name:
+            return path
+    return []
 
 
 def _children_over_parent(parent: str, queues: Mapping[str, Mapping]) -> list[str]:

@@ -203,3 +203,17 @@ def test_delete_with_children_rejected():
     assert t.validate_queue("DELETE", {}, parent, [parent, child]).denial == (
         "queue 'p' still has child queues: c; delete or move them first")
     assert t.validate_queue("DELETE", {}, child, [parent, child]).denial is None
+
+
+def test_parent_cycle_rejected():
+    a = queue("a", parent="b", gpu=FULL, cpu=FULL, memory=FULL)
+    b = queue("b", parent="c", gpu=FULL, cpu=FULL, memory=FULL)
+    c = queue("c", gpu=FULL, cpu=FULL, memory=FULL)
+    moved = queue("c", parent="a", gpu=FULL, cpu=FULL, memory=FULL)
+    assert t.validate_queue("UPDATE", moved, c, [a, b, c]).denial == (
+        "parentQueue: 'a' would make a cycle: c -> a -> b -> c")
+    assert t.validate_queue("UPDATE", queue("c", parent="x", gpu=FULL, cpu=FULL, memory=FULL), c,
+                            [a, b, c]).denial is None
+    looped = [queue("x", parent="y"), queue("y", parent="x")]  # already broken: still terminates
+    assert t.validate_queue("CREATE", queue("z", parent="x", gpu=FULL, cpu=FULL, memory=FULL), None,
+                            looped).denial is None
