@@ -114,7 +114,8 @@ async def test_explain_a_pending_gang(api_url, kube, namespace, queue, node_pool
 
     async def pending():
         status, body = await get_json(f"{api_url}/v1/explain/{namespace}/quint-0")
-        return body if status == 200 and body["status"] == "pending" and body["queueFigures"] else None
+        ok = status == 200 and body["status"] == "pending" and body["queueFigures"]
+        return body if ok and body["schedulingConditions"] else None  # the binder wrote the condition
 
     answer = await eventually(pending, timeout_s=90, what="explain to say the gang is pending")
     assert answer["verdict"].startswith("pending: ")

@@ -64,7 +64,8 @@ async def test_explain_without_api_reads_the_cluster(cli_env, kube, namespace, q
     async def pending():
         code, out, err = await shoal_cli("explain", "quint-2", "-n", namespace, "--output", "json")
         answer = json.loads(out) if code == 0 else None
-        return (answer, err) if answer and answer["status"] == "pending" and answer["queueFigures"] else None
+        ok = answer and answer["status"] == "pending" and answer["queueFigures"] and answer["schedulingConditions"]
+        return (answer, err) if ok else None
 
     answer, err = await eventually(pending, timeout_s=90, what="shoal explain to report the pending gang")
     assert "no api service" in err and "reading the apiserver and Redis directly" in err
