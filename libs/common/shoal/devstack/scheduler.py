@@ -20,7 +20,7 @@ import yaml
 
 from shoal.devstack.procs import ProcessSpec, free_port, launch, stop_process, wait_ready
 
-SERVICES = ("snapshotter", "podgrouper", "fairshare", "planner", "binder", "nodeagent", "admission")
+SERVICES = ("snapshotter", "podgrouper", "fairshare", "planner", "binder", "nodeagent", "admission", "api")
 REPO = Path(__file__).resolve().parents[4]
 BASE = REPO / "deploy" / "k8s" / "base"
 BASE_FILES = (
