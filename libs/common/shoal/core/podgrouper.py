@@ -186,7 +186,7 @@ def owner_chain(pod: Mapping, owners: OwnerIndex) -> list[Mapping]:
 def _top_owner(chain: list[Mapping]) -> tuple[Mapping | None, list[Mapping]]:
     """The owner that picks the grouper, and the chain below it (looked-through kinds skipped)."""
     kept = list(chain)
-    while kept and kept[-1].get("kind") in LOOK_THROUGH:
+    while kept and str(kept[-1].get("kind")) in LOOK_THROUGH:
         kept.pop()
     if kept and kept[-1].get("kind") == "CronJob" and len(kept) > 1:
         kept.pop()  # a CronJob's pods are grouped per Job
