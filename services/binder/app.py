@@ -34,6 +34,10 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     reservation_grace_s: float = 30.0  # a reservation pod younger than this is never released
 
 
+BINDER = web.AppKey("binder", Binder)
+CONSUMER = web.AppKey("consumer", Consumer)
+
+
 def build(settings: BinderSettings) -> web.Application:
     metrics, readiness = Metrics(), Readiness()
     app = build_app(metrics=metrics, readiness=readiness)
@@ -53,10 +57,10 @@ def build(settings: BinderSettings) -> web.Application:
                             reservation_timeout_s=settings.reservation_timeout_s,
                             eviction_mode=settings.eviction_mode,
                             reservation_grace_s=settings.reservation_grace_s)
-            app["binder"] = binder
+            app[BINDER] = binder
             consumer = Consumer(settings.kafka, [topics.PLANS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=PlanIssued, handler=binder.on_plan, metrics=metrics)
-            app["consumer"] = consumer
+            app[CONSUMER] = consumer
             async with consumer:
                 readiness.add("consumer", consumer.ready)
                 yield
@@ -64,13 +68,13 @@ def build(settings: BinderSettings) -> web.Application:
         await redis.aclose()
 
     app.cleanup_ctx.append(wiring)
-    app.cleanup_ctx.append(background("binder", lambda app: app["consumer"].run()))
+    app.cleanup_ctx.append(background("binder", lambda app: app[CONSUMER].run()))
 
     async def reservation_sync(app: web.Application) -> None:
         while True:
             await asyncio.sleep(settings.reservation_sync_s)
             try:
-                await app["binder"].sync_reservations()
+                await app[BINDER].sync_reservations()
             except (TransientError, PermanentError) as exc:
                 log.warning("reservation_sync_failed", error=str(exc))
 

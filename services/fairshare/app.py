@@ -45,6 +45,9 @@ class FairShareSettings(ServiceSettings, frozen=True, kw_only=True):
     usage: UsageSettings = UsageSettings()
 
 
+CONSUMER = web.AppKey("consumer", Consumer)
+
+
 def build(settings: FairShareSettings) -> web.Application:
     metrics, readiness = Metrics(), Readiness()
     app = build_app(metrics=metrics, readiness=readiness)
@@ -65,12 +68,12 @@ def build(settings: FairShareSettings) -> web.Application:
                                 usage_params=settings.usage.params())
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=SnapshotPublished, handler=service.on_snapshot, metrics=metrics)
-            app["consumer"] = consumer
+            app[CONSUMER] = consumer
             async with consumer:
                 readiness.add("consumer", consumer.ready)
                 yield
         await redis.aclose()
 
     app.cleanup_ctx.append(wiring)
-    app.cleanup_ctx.append(background("fairshare", lambda app: app["consumer"].run()))
+    app.cleanup_ctx.append(background("fairshare", lambda app: app[CONSUMER].run()))
     return app

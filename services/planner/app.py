@@ -29,6 +29,9 @@ class PlannerSettings(ServiceSettings, frozen=True, kw_only=True):
     group_id: str = "shoal-planner"
 
 
+CONSUMER = web.AppKey("consumer", Consumer)
+
+
 def build(settings: PlannerSettings) -> web.Application:
     metrics, readiness = Metrics(), Readiness()
     app = build_app(metrics=metrics, readiness=readiness)
@@ -51,12 +54,12 @@ def build(settings: PlannerSettings) -> web.Application:
                 config_doc=load_config_doc(settings.scheduler_config), history=UsageHistory(redis))
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=SnapshotPublished, handler=planner.on_snapshot, metrics=metrics)
-            app["consumer"] = consumer
+            app[CONSUMER] = consumer
             async with consumer:
                 readiness.add("consumer", consumer.ready)
                 yield
         await redis.aclose()
 
     app.cleanup_ctx.append(wiring)
-    app.cleanup_ctx.append(background("planner", lambda app: app["consumer"].run()))
+    app.cleanup_ctx.append(background("planner", lambda app: app[CONSUMER].run()))
     return app

@@ -30,6 +30,10 @@ class SnapshotterSettings(ServiceSettings, frozen=True, kw_only=True):
     heartbeat_s: float = 10.0
 
 
+SNAPSHOTTER = web.AppKey("snapshotter", Snapshotter)
+MIRROR = web.AppKey("mirror", Mirror)
+
+
 def build(settings: SnapshotterSettings) -> web.Application:
     metrics, readiness = Metrics(), Readiness()
     app = build_app(metrics=metrics, readiness=readiness)
@@ -47,18 +51,18 @@ def build(settings: SnapshotterSettings) -> web.Application:
             holder: dict = {}
             mirror = Mirror(kube, WATCHED, lambda: holder["s"].mark_dirty(),
                             watch_timeout_s=settings.kube.watch_timeout_s)
-            holder["s"] = app["snapshotter"] = Snapshotter(
+            holder["s"] = app[SNAPSHOTTER] = Snapshotter(
                 mirror=mirror, store=SnapshotStore(redis, ClusterSnapshot, retain_s=settings.redis.snapshot_retain_s),
                 inflight=InFlight(redis), bus=bus, metrics=metrics, scheduler_name=settings.scheduler_name,
                 shards=settings.shards, shard_prefix=settings.shard_prefix, period_s=settings.period_s, heartbeat_s=settings.heartbeat_s,
                 topic_prefix=prefix)
-            app["mirror"] = mirror
+            app[MIRROR] = mirror
             readiness.add("synced", mirror.synced)
             yield
         await api.close()
         await redis.aclose()
 
     app.cleanup_ctx.append(wiring)
-    app.cleanup_ctx.append(background("watches", lambda app: app["mirror"].run()))
-    app.cleanup_ctx.append(background("snapshots", lambda app: app["snapshotter"].run()))
+    app.cleanup_ctx.append(background("watches", lambda app: app[MIRROR].run()))
+    app.cleanup_ctx.append(background("snapshots", lambda app: app[SNAPSHOTTER].run()))
     return app
