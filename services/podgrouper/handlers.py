@@ -9,6 +9,8 @@ be read gets a `PodGrouperWarning` event and is retried with backoff; nothing el
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,6 +43,7 @@ class PodGrouper:
     retry_max_s: float = 30.0
     priority_class_ttl_s: float = 30.0
     event_dedupe_s: float = 300.0
+    cache_ttl_s: float = 5.0  # owners read and PodGroups found in line are trusted this long (bursts of pods)
     latest: dict[str, dict] = field(default_factory=dict)  # pod key → the newest object seen
     synced: set[str] = field(default_factory=set)  # scheduler names whose first list is in
     _done: dict[str, str] = field(default_factory=dict)  # pod key → uid grouped by this process
@@ -52,6 +55,8 @@ class PodGrouper:
     _retry_handles: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     _priority_classes: tuple[float, frozenset[str]] = (-1e9, frozenset())
     _events: dict[tuple[str, str], float] = field(default_factory=dict)
+    _owners: dict[str, tuple[float, dict]] = field(default_factory=dict)  # owner path → (read at, object)
+    _ensured: dict[str, tuple[float, str]] = field(default_factory=dict)  # podgroup path → (at, desired digest)
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -189,12 +194,13 @@ class PodGrouper:
             if resource is None:
                 raise OwnerUnavailable(f"malformed ownerReference {dict(ref)!r}")
             try:
-                owner = await self.kube.get(resource, str(ref["name"]), namespace=namespace)
+                owner = await self._read_owner(resource, str(ref["name"]), namespace)
             except NotFoundError as exc:
                 raise OwnerUnavailable(f"owner {what} ({ref.get('apiVersion')}) cannot be read yet: {exc}") from exc
             except PermanentError as exc:
                 raise OwnerUnavailable(f"owner {what} ({ref.get('apiVersion')}) cannot be read: {exc}") from exc
             if ref.get("uid") and str(t.meta(owner).get("uid")) != str(ref["uid"]):
+                self._owners.pop(resource.path(namespace, str(ref["name"])), None)
                 raise OwnerUnavailable(f"owner {what} has uid {t.meta(owner).get('uid')}, the pod names "
                                        f"{ref['uid']}: waiting for the owner the pod belongs to")
             owner.setdefault("apiVersion", resource.api_version)
@@ -205,9 +211,34 @@ class PodGrouper:
             current = owner
         return chain
 
+    async def _read_owner(self, resource: k.Resource, name: str, namespace: str) -> dict:
+        path = resource.path(namespace, name)
+        now = time.monotonic()
+        cached = self._owners.get(path)
+        if cached and now - cached[0] < self.cache_ttl_s:
+            return copy.deepcopy(cached[1])
+        owner = await self.kube.get(resource, name, namespace=namespace)
+        if len(self._owners) > 10_000:
+            self._owners = {p: c for p, c in self._owners.items() if now - c[0] < self.cache_ttl_s}
+        self._owners[path] = (now, copy.deepcopy(owner))
+        return owner
+
     async def ensure_podgroup(self, desired: dict) -> bool:
         """Create the PodGroup or patch the fields it owns; True when something was written."""
         name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
+        path = k.PODGROUPS.path(namespace, name)
+        digest = json.dumps(desired, sort_keys=True)
+        now = time.monotonic()
+        seen = self._ensured.get(path)
+        if seen and seen[1] == digest and now - seen[0] < self.cache_ttl_s:
+            return False
+        if len(self._ensured) > 10_000:
+            self._ensured = {p: e for p, e in self._ensured.items() if now - e[0] < self.cache_ttl_s}
+        written = await self._write_podgroup(desired, name, namespace)
+        self._ensured[path] = (time.monotonic(), digest)
+        return written
+
+    async def _write_podgroup(self, desired: dict, name: str, namespace: str) -> bool:
         for _ in range(5):
             try:
                 existing = await self.kube.get(k.PODGROUPS, name, namespace=namespace)

@@ -16,6 +16,7 @@ class FakeKube:
     def __init__(self, objects=()):
         self.store: dict[tuple[str, str, str], dict] = {}
         self.writes: list[tuple[str, str, str]] = []
+        self.reads: list[tuple[str, str]] = []
         self.fail_create: dict[str, Exception] = {}
         self.race: dict | None = None  # an object "someone else" creates just before our create
         for obj in objects:
@@ -30,6 +31,7 @@ class FakeKube:
         self.store[self.key(plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])] = copy.deepcopy(obj)
 
     async def get(self, resource, name, *, namespace=None, subresource=None):
+        self.reads.append((resource.plural, name))
         obj = self.store.get(self.key(resource.plural, namespace, name))
         if obj is None:
             raise NotFoundError(f"{resource.plural}/{name} not found", status=404)
@@ -178,3 +180,13 @@ async def test_skipped_and_bare_pods():
     assert await g.reconcile(bare) == "grouped"
     assert ("podgroups", "ns", "pg-solo-u1") in kube.store
 
+
+
+async def test_a_burst_of_pods_reads_the_owner_and_the_podgroup_once():
+    pods = [pod(f"train-{i}") for i in range(3)]
+    kube = FakeKube([JOB, *pods])
+    g = grouper(kube)
+    assert [await g.reconcile(p) for p in pods] == ["grouped", "grouped", "grouped"]
+    assert kube.reads.count(("jobs", "train")) == 1
+    assert kube.reads.count(("podgroups", "pg-train-job-uid")) == 1
+    assert [w for w in kube.writes if w[1] == "podgroups"] == [("create", "podgroups", "pg-train-job-uid")]
