@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from builders import cluster, job, node, pod, queue
 
-from shoal.core.session import ALLOCATED, PENDING, PIPELINED, RELEASING, RUNNING, Session
+from shoal.core.session import ACTIVE, ALLOCATED, PENDING, PIPELINED, RELEASING, RUNNING, Session
 from shoal.core.statement import GroupPick, Statement
 
 
@@ -18,6 +18,8 @@ def fingerprint(session: Session):
     tasks = tuple(sorted((t.key, t.status, t.node.name if t.node else None, t.groups)
                          for j in session.jobs.values() for t in j.tasks))
     queues = tuple(sorted((q.name, tuple(q.alloc), tuple(q.alloc_np)) for q in session.queues.values()))
+    for j in session.jobs.values():  # the statement keeps each leaf's active count equal to a recount
+        assert j.root.active == sum(1 for t in j.root.tasks if t.status in ACTIVE), j.key
     return tuple(nodes), tasks, queues
 
 

@@ -35,7 +35,17 @@ NAME = "allocate"
 
 
 def _pending_sorted(node: SubGroupNode, policy: Policy) -> list[Task]:
-    return sorted((t for t in node.tasks if t.status == PENDING), key=policy.task_key)
+    """Pending tasks in task order; the order key is computed once per task (jobs are popped many times)."""
+    pending = [t for t in node.tasks if t.status == PENDING]
+    for t in pending:
+        if not t.order:
+            t.order = policy.task_key(t)
+    pending.sort(key=_order_of)
+    return pending
+
+
+def _order_of(task: Task) -> tuple:
+    return task.order
 
 
 def tasks_to_allocate(node: SubGroupNode, policy: Policy) -> list[Task]:

@@ -19,7 +19,7 @@ from shoal.core.fairshare import QueueShare
 from shoal.core.model import LABEL_KUBEFLOW_ROLE, LABEL_RAY_NODE_TYPE
 from shoal.core.queue_order import LEFT_FIRST, compare_queues
 from shoal.core.resources import Resources
-from shoal.core.session import ACTIVE, Job, SubGroupNode, Task, epoch_of
+from shoal.core.session import Job, SubGroupNode, Task, epoch_of
 
 
 def task_order_key(task: Task) -> tuple:
@@ -49,7 +49,7 @@ def min_pods(node: SubGroupNode) -> int:
 
 def active_in(node: SubGroupNode) -> int:
     if node.is_leaf:
-        return sum(1 for t in node.tasks if t.status in ACTIVE)
+        return node.active
     return sum(active_in(c) for c in node.children)
 
 

@@ -77,7 +77,7 @@ class NodeState:
 class Task:
     __slots__ = (
         "pod", "job", "key", "status", "node", "groups", "cpu", "mem", "gpus", "frac_milli", "frac_mem",
-        "devices", "gpu_fair", "gpu_limit", "subgroup", "order",
+        "devices", "gpu_fair", "gpu_limit", "subgroup", "order", "leaf",
     )
 
     def __init__(self, pod: Pod, job: Job | None) -> None:
@@ -101,6 +101,7 @@ class Task:
         self.gpu_fair = self.gpu_limit = g * DEVICE_MILLI  # queue accounting: fair share / limit checks
         self.subgroup = pod.subgroup
         self.order: tuple = ()
+        self.leaf: SubGroupNode | None = None  # the leaf (sub)group holding this task
 
     @property
     def is_fraction(self) -> bool:
@@ -121,7 +122,7 @@ class Task:
 class SubGroupNode:
     """One level of a job's gang tree: the root (name "") or a PodGroup subgroup."""
 
-    __slots__ = ("name", "min_member", "min_subgroup", "children", "tasks")
+    __slots__ = ("name", "min_member", "min_subgroup", "children", "tasks", "active")
 
     def __init__(self, name: str, min_member: int | None, min_subgroup: int | None) -> None:
         self.name = name
@@ -129,6 +130,7 @@ class SubGroupNode:
         self.min_subgroup = min_subgroup
         self.children: list[SubGroupNode] = []
         self.tasks: list[Task] = []
+        self.active = 0  # leaves: tasks allocated, pipelined or running (kept by the statement)
 
     @property
     def is_leaf(self) -> bool:
@@ -279,6 +281,7 @@ class Session:
                     self._attach(job, task)
                 else:
                     root.tasks.append(task)
+                    task.leaf = root
             if node is None:
                 if task is None:
                     if pod.managed:
@@ -305,6 +308,7 @@ class Session:
                 node.idle_pods -= 1
                 node.idle_gpus -= pod.gpus
             if task is not None and task.status == RUNNING:
+                task.leaf.active += 1
                 job.allocated_at_start += 1
                 acc = own.get(job.queue)
                 if acc is not None:
@@ -339,6 +343,7 @@ class Session:
             n = stack.pop()
             if n.name == name and n.is_leaf:
                 n.tasks.append(task)
+                task.leaf = n
                 return
             stack.extend(n.children)
         # a pod naming no known leaf subgroup goes to the first leaf (deterministic)
@@ -346,6 +351,7 @@ class Session:
         while n.children:
             n = n.children[0]
         n.tasks.append(task)
+        task.leaf = n
 
     def _occupy(self, node: NodeState, pod: Pod, task: Task | None, res_ns: str) -> None:
         releasing = pod.deleting

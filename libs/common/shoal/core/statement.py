@@ -15,6 +15,7 @@ its releasing portion.
 from __future__ import annotations
 
 from shoal.core.session import (
+    ACTIVE,
     ALLOCATED,
     DEVICE_MILLI,
     PIPELINED,
@@ -163,6 +164,8 @@ class Statement:
                     g.members += 1
                     g.active_members += 1
                     group_undo.append((g, False, take_idle, take_rel, False))
+        if prev[0] not in ACTIVE and task.leaf is not None:
+            task.leaf.active += 1
         task.status = PIPELINED if pipelined else ALLOCATED
         task.node = node
         task.groups = tuple(p.group_id for p in picks)
@@ -198,6 +201,8 @@ class Statement:
                 g.members -= 1
                 g.active_members -= 1
         self.session.account(task, -1)
+        if prev[0] not in ACTIVE and task.leaf is not None:
+            task.leaf.active -= 1
         task.status, task.node, task.groups = prev
         self.session.dirty.append(node.index)
 
@@ -228,6 +233,8 @@ class Statement:
                 freed_groups.append((g, share, whole))
         op.undo = tuple(freed_groups)
         task.status = RELEASING
+        if task.leaf is not None:
+            task.leaf.active -= 1
         self.session.account(task, -1)
         self.fail_cache.clear()
         self.session.dirty.append(node.index)
@@ -247,6 +254,8 @@ class Statement:
             if whole:
                 node.rel_gpus -= 1
         task.status = RUNNING
+        if task.leaf is not None:
+            task.leaf.active += 1
         task.node = node  # a re-placed victim (consolidation) moved it in the simulation
         self.session.account(task, +1)
         self.fail_cache.clear()
