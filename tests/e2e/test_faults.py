@@ -23,11 +23,13 @@ from e2e_helpers import eventually
 
 from shoal.adapters.kube import PODGROUPS, PODS
 from shoal.devstack.procs import launch, stop_process, wait_ready
-from shoal.devstack.scheduler import SERVICES, service_spec
+from shoal.devstack.scheduler import service_spec
 
 NODES, GPUS = 12, 8
 GANGS, GANG_SIZE, SINGLES, HALVES = 15, 4, 40, 100  # 60 + 40 + 100 = 200 pods; demand 150 GPUs > 96
 RESERVATION_NS = "kai-resource-reservation"
+# the scheduling path; admission webhooks are cluster-wide and stay with the session's services
+SERVICES = ("snapshotter", "fairshare", "planner", "binder", "nodeagent")
 
 
 def pod(namespace, name, group, queue, pool, *, fraction=False):

@@ -58,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         info = attached or up(state, say=_say)
         asyncio.run(_prepare(info.kubeconfig, names))
-        _say("demo: starting Shoal's services: " + ", ".join(SERVICES))
+        # On a shared stack the admission webhooks (cluster-wide) stay with the stack's own services.
+        names_ = [s for s in SERVICES if not (attached and s == "admission")]
+        _say("demo: starting Shoal's services: " + ", ".join(names_))
         env = {**info.env(), "SHOAL_TOPIC_PREFIX": prefix}
-        started = start_services(state, env)
+        started = start_services(state, env, names=names_)
         _say(f"demo: services ready; logs in {state / 'logs'}")
         ok = asyncio.run(_workload_and_stream(info, prefix, args, names))
     except DevStackError as exc:
