@@ -136,6 +136,11 @@ class PodGrouper:
             outcome = "rejected"
             await self.warn(pod, f"cannot create or update the PodGroup: {exc}")
             self._retry(key, str(exc))
+        except Exception as exc:  # one odd pod must not stop the grouping of every other pod
+            outcome = "failed"
+            log.exception("podgrouper_pod_failed", pod=key)
+            await self.warn(pod, f"podgrouper could not group this pod: {type(exc).__name__}: {exc}")
+            self._retry(key, f"{type(exc).__name__}: {exc}")
         else:
             self._attempts.pop(key, None)
             self._done[key] = str(t.meta(pod).get("uid"))

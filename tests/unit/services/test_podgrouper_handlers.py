@@ -190,3 +190,16 @@ async def test_a_burst_of_pods_reads_the_owner_and_the_podgroup_once():
     assert kube.reads.count(("jobs", "train")) == 1
     assert kube.reads.count(("podgroups", "pg-train-job-uid")) == 1
     assert [w for w in kube.writes if w[1] == "podgroups"] == [("create", "podgroups", "pg-train-job-uid")]
+
+
+async def test_an_unexpected_error_on_one_pod_is_reported_and_retried():
+    p = pod()
+    kube = FakeKube([JOB, p])
+    kube.fail_create["podgroups"] = RuntimeError("surprise")
+    g = grouper(kube)
+    g.latest["ns/train-a"] = p
+    await g._handle("ns/train-a")
+    [event] = [o for (plural, _, _), o in kube.store.items() if plural == "events"]
+    assert "RuntimeError: surprise" in event["message"]
+    assert g._attempts["ns/train-a"] == 1
+    g.forget("ns/train-a")
