@@ -217,3 +217,35 @@ def test_parent_cycle_rejected():
     looped = [queue("x", parent="y"), queue("y", parent="x")]  # already broken: still terminates
     assert t.validate_queue("CREATE", queue("z", parent="x", gpu=FULL, cpu=FULL, memory=FULL), None,
                             looped).denial is None
+
+
+def _json():
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8))
+    return st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
+            ["metadata", "spec", "annotations", "containers", "resources", "limits", "gpu", "quota", "limit",
+             "parentQueue", "name", "gpu-fraction", "gpu-memory", "overQuotaWeight", "cpu"]), inner, max_size=4)),
+        max_leaves=12)
+
+
+def test_bad_input_never_raises():
+    from hypothesis import given, settings
+
+    @settings(max_examples=300, deadline=None)
+    @given(_json(), _json(), st_ops())
+    def check(obj, other, operation):
+        obj = obj if isinstance(obj, dict) else {"spec": obj}
+        t.validate_pod(obj, gpu_sharing=True)
+        t.mutate_pod(obj, runtime_class="nvidia", runtime_class_exists=True)
+        t.validate_queue(operation, obj, other if isinstance(other, dict) else None,
+                         other if isinstance(other, list) else [])
+
+    check()
+
+
+def st_ops():
+    from hypothesis import strategies as st
+
+    return st.sampled_from(["CREATE", "UPDATE", "DELETE"])
