@@ -120,12 +120,12 @@ def generate(nodes: int, pods: int, seed: int = 7, pending: int = 300) -> Snapsh
                          priority_classes=CLASSES, config=ShardConfig(), now=1_800_000_000, revision=1)
 
 
-def bench_one(nodes: int, pods: int, repeat: int, seed: int) -> dict:
+def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_counter) -> dict:
     snap = generate(nodes, pods, seed)
     runs = []
     plan = None
     for _ in range(repeat):
-        plan, t = run_cycle_timed(snap, time.perf_counter)
+        plan, t = run_cycle_timed(snap, clock)
         runs.append(t)
     pending = sum(1 for p in snap.pods if p.node_name is None)
     best = min(runs, key=lambda t: t.total_duration_ms)
@@ -150,6 +150,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="cycles per size (best and median reported)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="wall: time.perf_counter; cpu: this process's CPU time (steadier on a busy machine)")
     parser.set_defaults(func=run)
 
 
@@ -163,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         print(f"--sizes: unknown size(s) {bad}; choose from {sorted(SIZES)}", file=sys.stderr)
         return 2
-    rows = [bench_one(n, SIZES[n], max(1, args.repeat), args.seed) for n in sizes]
+    clock = time.process_time if getattr(args, "clock", "wall") == "cpu" else time.perf_counter
+    rows = [bench_one(n, SIZES[n], max(1, args.repeat), args.seed, clock) for n in sizes]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
