@@ -16,11 +16,19 @@ from __future__ import annotations
 from shoal.core import capacity
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
-from shoal.core.ordering import JobQueue, Policy
+from shoal.core.ordering import DEFAULT_POLICY, JobQueue, Policy
 from shoal.core.reclaim import record_delay
 from shoal.core.session import DEVICE_MILLI, Job, Task
-from shoal.core.solver import VICTIM_BUDGET_EXHAUSTED, Budget, budget_message, commit, next_tasks, preemptor_candidates, solve
-from shoal.core.victims import Chunk, is_victim_candidate, job_chunks, victim_job_key
+from shoal.core.solver import (
+    VICTIM_BUDGET_EXHAUSTED,
+    Budget,
+    budget_message,
+    commit,
+    next_tasks,
+    preemptor_candidates,
+    solve,
+)
+from shoal.core.victims import Chunk, VictimPool, job_chunks
 
 NAME = "consolidation"
 
@@ -41,23 +49,25 @@ def allocatable_gpu_milli(ctx: Context) -> int:
     return total
 
 
-def victim_chunks(ctx: Context, job: Job) -> list[Chunk]:
-    session = ctx.session
-    victims = [
-        v for key, v in sorted(session.jobs.items()) if v is not job and is_victim_candidate(v)
-    ]
-    victims.sort(key=victim_job_key)
-    victims = victims[: max(session.config.max_consolidation_preemptees, 0)]
+def victim_chunks(ctx: Context, job: Job, pool: VictimPool) -> list[Chunk]:
+    """Chunks of the first `max_consolidation_preemptees` candidate jobs of any queue, in victim order."""
+    limit = max(ctx.session.config.max_consolidation_preemptees, 0)
     out: list[Chunk] = []
-    for v in victims:
-        out.extend(job_chunks(v))
+    taken = 0
+    for victim in pool.jobs(list(pool.by_queue)):
+        if taken >= limit:
+            break
+        if victim is job:
+            continue
+        out.extend(job_chunks(victim))
+        taken += 1
     return out
 
 
-def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool) -> bool:
     if fair_request(tasks).gpu_milli > allocatable_gpu_milli(ctx):
         return False
-    chunks = victim_chunks(ctx, job)
+    chunks = victim_chunks(ctx, job, pool)
     if not chunks:
         return False
     got = solve(ctx, job, tasks, chunks, lambda _: True, NAME, lambda t: consolidation_message(t.key), budget,
@@ -68,11 +78,12 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
     return True
 
 
-def run(ctx: Context, policy: Policy = Policy()) -> None:
+def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     cfg = ctx.session.config
     if cfg.max_consolidation_preemptees <= 0 or "spread" in (cfg.gpu_placement, cfg.cpu_placement):
         return
     budget = Budget(ctx, NAME)
+    pool = VictimPool(ctx.session.jobs, ctx.shares)
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
     for job in preemptor_candidates(ctx):
         if job.preemptible:
@@ -88,5 +99,5 @@ def run(ctx: Context, policy: Policy = Policy()) -> None:
             continue
         if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is not None:
             continue
-        if not attempt(ctx, job, tasks, budget) and budget.exhausted:
+        if not attempt(ctx, job, tasks, budget, pool) and budget.exhausted:
             ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))

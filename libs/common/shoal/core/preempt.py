@@ -11,15 +11,25 @@ preempted by higher priority workload ns/<pg>".
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from shoal.core import capacity
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
 from shoal.core.minruntime import is_protected, preempt_min_runtime
-from shoal.core.ordering import JobQueue, Policy
+from shoal.core.ordering import DEFAULT_POLICY, JobQueue, Policy
 from shoal.core.reclaim import record_delay
 from shoal.core.session import PENDING, Job, Task
-from shoal.core.solver import VICTIM_BUDGET_EXHAUSTED, Budget, budget_message, commit, next_tasks, preemptor_candidates, solve
-from shoal.core.victims import Chunk, is_victim_candidate, job_chunks, victim_job_key
+from shoal.core.solver import (
+    VICTIM_BUDGET_EXHAUSTED,
+    Budget,
+    budget_message,
+    commit,
+    next_tasks,
+    preemptor_candidates,
+    solve,
+)
+from shoal.core.victims import Chunk, VictimPool, stream
 
 NAME = "preempt"
 
@@ -28,19 +38,18 @@ def preempt_message(pod_key: str, preemptor_pg: str) -> str:
     return f"Pod {pod_key} was preempted by higher priority workload {preemptor_pg}"
 
 
-def victim_chunks(ctx: Context, job: Job) -> list[Chunk]:
+def victim_chunks(ctx: Context, job: Job, pool: VictimPool) -> Iterator[Chunk]:
+    """Lower-priority candidates of the job's own queue, lazily (the pool is in victim order)."""
     session = ctx.session
-    victims = []
-    for key in sorted(session.jobs):
-        v = session.jobs[key]
-        if v is job or v.queue != job.queue or v.priority >= job.priority or not is_victim_candidate(v):
-            continue
-        victims.append(v)
-    victims.sort(key=victim_job_key)
-    out: list[Chunk] = []
-    for v in victims:
-        out.extend(job_chunks(v, is_protected(session, v, preempt_min_runtime(session, v))))
-    return out
+
+    def lower() -> Iterator[Job]:
+        for victim in pool.jobs([job.queue]):
+            if victim.priority >= job.priority:
+                return  # victim order is by priority first
+            if victim is not job:
+                yield victim
+
+    return stream(lower(), lambda v: is_protected(session, v, preempt_min_runtime(session, v)))
 
 
 def within_limits(ctx: Context, job: Job, tasks: list[Task]) -> bool:
@@ -59,10 +68,10 @@ def within_limits(ctx: Context, job: Job, tasks: list[Task]) -> bool:
     return True
 
 
-def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
-    chunks = victim_chunks(ctx, job)
-    if not chunks:
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool) -> bool:
+    if not any(v.priority < job.priority for _, v in pool.by_queue.get(job.queue, ())):
         return False
+    chunks = victim_chunks(ctx, job, pool)
 
     def accept(_: list[Chunk]) -> bool:
         return within_limits(ctx, job, tasks)
@@ -74,8 +83,9 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
     return True
 
 
-def run(ctx: Context, policy: Policy = Policy()) -> None:
+def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     budget = Budget(ctx, NAME)
+    pool = VictimPool(ctx.session.jobs, ctx.shares)
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
     for job in preemptor_candidates(ctx):
         jq.push(job)
@@ -90,7 +100,7 @@ def run(ctx: Context, policy: Policy = Policy()) -> None:
             continue
         if not job.preemptible and capacity.check_non_preemptible_quota(ctx.shares, job.queue, limit_request(tasks)):
             continue  # OverLimit is checked inside the scenario, with the victims gone
-        if attempt(ctx, job, tasks, budget):
+        if attempt(ctx, job, tasks, budget, pool):
             if any(t.status == PENDING for t in job.tasks):
                 jq.shares = ctx.shares
                 jq.push(job)

@@ -25,12 +25,20 @@ from shoal.core.minruntime import (
     preemption_delay_message,
     reclaim_min_runtime,
 )
-from shoal.core.ordering import JobQueue, Policy
+from shoal.core.ordering import DEFAULT_POLICY, JobQueue, Policy
 from shoal.core.queue_order import dominant_share
 from shoal.core.resources import Resources
 from shoal.core.session import PENDING, Job, Task
-from shoal.core.solver import VICTIM_BUDGET_EXHAUSTED, Budget, budget_message, commit, next_tasks, preemptor_candidates, solve
-from shoal.core.victims import Chunk, is_victim_candidate, job_chunks, victim_job_key
+from shoal.core.solver import (
+    VICTIM_BUDGET_EXHAUSTED,
+    Budget,
+    budget_message,
+    commit,
+    next_tasks,
+    preemptor_candidates,
+    solve,
+)
+from shoal.core.victims import Chunk, VictimPool, stream
 
 NAME = "reclaim"
 
@@ -47,53 +55,51 @@ def record_delay(ctx: Context, job: Job) -> bool:
     return True
 
 
-def _victim_chunks(ctx: Context, job: Job, request: Resources, before: dict[str, Resources]) -> dict[str, list[Chunk]]:
-    """Chunks per victim level queue, each list in eviction order."""
+def level_streams(ctx: Context, job: Job, request: Resources, before: dict[str, Resources],
+                  pool: VictimPool) -> dict[str, Iterator[Chunk]]:
+    """Lazy chunk streams per victim level queue (the leveled filter is decided once per queue)."""
     session, shares = ctx.session, ctx.shares
-    by_level: dict[str, list[tuple[tuple, list[Chunk]]]] = {}
-    for key in sorted(session.jobs):
-        victim = session.jobs[key]
-        if victim.queue == job.queue or victim.queue not in shares or not is_victim_candidate(victim):
+    groups: dict[str, list[str]] = {}
+    for name in sorted(pool.by_queue):
+        if name == job.queue:
             continue
-        level = reclaimable.leveled(shares, job.queue, victim.queue)
+        level = reclaimable.leveled(shares, job.queue, name)
         if level is None or not reclaimable.victim_allowed(shares, before, level, request):
             continue
-        protected = is_protected(session, victim, reclaim_min_runtime(session, job.queue, victim))
-        chunks = job_chunks(victim, protected)
-        if chunks:
-            by_level.setdefault(level[1], []).append((victim_job_key(victim), chunks))
-    return {name: [c for _, cs in sorted(items, key=lambda i: i[0]) for c in cs] for name, items in by_level.items()}
+        groups.setdefault(level[1], []).append(name)
+    out = {}
+    for level_name, names in groups.items():
+        runtimes = {n: reclaim_min_runtime(session, job.queue, pool.by_queue[n][0][1]) for n in names}
+
+        def protected(victim: Job, runtimes=runtimes) -> bool:
+            return is_protected(session, victim, runtimes[victim.queue])
+
+        out[level_name] = stream(pool.jobs(names), protected)
+    return out
 
 
-def ordered_chunks(ctx: Context, by_level: dict[str, list[Chunk]], before: dict[str, Resources]) -> Iterator[Chunk]:
+def ordered_chunks(ctx: Context, streams: dict[str, Iterator[Chunk]], before: dict[str, Resources]) -> Iterator[Chunk]:
     """The most over-served victim queue gives next (dominant share of what it still holds)."""
-    left = {name: before[name] for name in by_level}
-    index = dict.fromkeys(by_level, 0)
-    while True:
-        best = None
-        for name in sorted(by_level):
-            if index[name] >= len(by_level[name]):
-                continue
-            share = dominant_share(ctx.shares[name], ctx.total, left[name])
-            if best is None or share > best[0]:
-                best = (share, name)
-        if best is None:
-            return
-        name = best[1]
-        chunk = by_level[name][index[name]]
-        index[name] += 1
+    left = {name: before[name] for name in streams}
+    live = dict(streams)
+    while live:
+        name = max(sorted(live), key=lambda n: dominant_share(ctx.shares[n], ctx.total, left[n]))
+        chunk = next(live[name], None)
+        if chunk is None:
+            del live[name]
+            continue
         left[name] = left[name] - chunk.resources
         yield chunk
 
 
-def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool) -> bool:
     session, shares = ctx.session, ctx.shares
     before = reclaimable.allocations(session)
     request = fair_request(tasks)
     if not reclaimable.can_reclaim(shares, before, job.queue, request):
         return False
-    by_level = _victim_chunks(ctx, job, request, before)
-    if not by_level:
+    streams = level_streams(ctx, job, request, before, pool)
+    if not streams:
         return False
     mask = reclaimable.requested_mask(request)
     lines: dict[str, str] = {}
@@ -114,15 +120,16 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget) -> bool:
         after = reclaimable.allocations(session)
         return reclaimable.scenario_ok(shares, before, after, job.queue, request, chunks, multiplier)
 
-    got = solve(ctx, job, tasks, ordered_chunks(ctx, by_level, before), accept, NAME, message_of, budget)
+    got = solve(ctx, job, tasks, ordered_chunks(ctx, streams, before), accept, NAME, message_of, budget)
     if got is None:
         return False
     commit(ctx, job)
     return True
 
 
-def run(ctx: Context, policy: Policy = Policy()) -> None:
+def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     budget = Budget(ctx, NAME)
+    pool = VictimPool(ctx.session.jobs, ctx.shares)
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
     for job in preemptor_candidates(ctx):
         jq.push(job)
@@ -137,7 +144,7 @@ def run(ctx: Context, policy: Policy = Policy()) -> None:
             continue
         if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), not job.preemptible) is not None:
             continue
-        if attempt(ctx, job, tasks, budget):
+        if attempt(ctx, job, tasks, budget, pool):
             if any(t.status == PENDING for t in job.tasks):
                 jq.shares = ctx.shares
                 jq.push(job)

@@ -25,7 +25,7 @@ from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
 from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_LAST_EVICTION
-from shoal.core.ordering import Policy, is_satisfied
+from shoal.core.ordering import DEFAULT_POLICY, Policy, is_satisfied
 from shoal.core.placement import find_node
 from shoal.core.plan import Annotate
 from shoal.core.session import GATED, PENDING, Job, NodeState, SubGroupNode, Task
@@ -72,8 +72,7 @@ def _ready(node: SubGroupNode) -> bool:
 def preemptor_candidates(ctx: Context) -> list[Job]:
     """Pending, ready jobs of leaf queues with valid requests (by key; the action orders them)."""
     out = []
-    for key in sorted(ctx.session.jobs):
-        job = ctx.session.jobs[key]
+    for job in ctx.session.pending_jobs:
         share = ctx.shares.get(job.queue)
         if share is None or not share.is_leaf:
             continue
@@ -85,7 +84,7 @@ def preemptor_candidates(ctx: Context) -> list[Job]:
     return out
 
 
-def next_tasks(job: Job, policy: Policy = Policy()) -> list[Task]:
+def next_tasks(job: Job, policy: Policy = DEFAULT_POLICY) -> list[Task]:
     return tasks_to_allocate(job.root, policy)
 
 

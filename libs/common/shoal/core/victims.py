@@ -15,6 +15,9 @@ PodGroup, then uid descending.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+
 from shoal.core.ordering import elastic_state, task_order_key
 from shoal.core.resources import Resources
 from shoal.core.session import ALLOCATED, PIPELINED, RUNNING, Job, SubGroupNode, Task
@@ -98,3 +101,32 @@ def job_chunks(job: Job, protected: bool = False) -> list[Chunk]:
         if core:
             chunks.append(Chunk(job, core, core=True))
     return chunks
+
+
+class VictimPool:
+    """Victim candidates of one action run, per leaf queue, each list in victim order (built once).
+
+    Jobs are re-checked when consumed (`stream`), so one evicted or re-placed earlier in the action is
+    skipped; chunks are built lazily, only for the jobs the solver actually reaches.
+    """
+
+    def __init__(self, jobs: dict[str, Job], queues: set[str] | dict) -> None:
+        self.by_queue: dict[str, list[tuple[tuple, Job]]] = {}
+        for key in sorted(jobs):
+            job = jobs[key]
+            if job.queue in queues and is_victim_candidate(job):
+                self.by_queue.setdefault(job.queue, []).append((victim_job_key(job), job))
+        for entries in self.by_queue.values():
+            entries.sort(key=lambda e: e[0])
+
+    def jobs(self, queues: list[str]) -> Iterator[Job]:
+        """Candidate jobs of `queues` merged in victim order, still candidates now."""
+        lists = [self.by_queue[q] for q in sorted(queues) if q in self.by_queue]
+        for _, job in heapq.merge(*lists, key=lambda e: e[0]):
+            if is_victim_candidate(job):
+                yield job
+
+
+def stream(jobs: Iterable[Job], protected: Callable[[Job], bool]) -> Iterator[Chunk]:
+    for job in jobs:
+        yield from job_chunks(job, protected(job))

@@ -1,0 +1,140 @@
+"""`shoal bench reclaim`: time the reclaim action on generated full clusters (SPEC §6: 500 and 1,000 nodes).
+
+The cluster: N nodes x 8 GPUs, every GPU held by queue `hog` (quota 0, so everything it runs is over
+quota and preemptible `train` work: 1-, 2- and 4-GPU pods, elastic jobs and gangs, random start order).
+Queue `starved` (quota = half the cluster) has pending work: 8-pod 1-GPU gangs, 4-GPU single pods and
+elastic 1-GPU jobs, about `--pending` pods in all. One full cycle runs (all actions); reclaim has to pick
+victims newest first, leveled queues, fair share and the saturation bound, and place the reclaimers.
+The generator is seeded, so a size always gives the same cluster. Reports reclaim ms, total ms,
+evictions, pipelined pods and the solver's counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+
+from shoal.core.cycle import run_cycle_timed
+from shoal.core.model import (
+    Node,
+    Pod,
+    PodGroup,
+    PriorityClass,
+    Queue,
+    QueueResource,
+    ShardConfig,
+    Snapshot,
+    make_snapshot,
+)
+from shoal.core.plan import Evict, Pipeline
+
+DEFAULT_SIZES = (500, 1000)
+GI = 1024**3
+CLASSES = (PriorityClass(name="train", value=50), PriorityClass(name="build", value=100))
+
+
+def generate(nodes: int, seed: int = 7, pending: int = 400) -> Snapshot:
+    rng = random.Random(seed * 7919 + nodes)
+    unl = QueueResource(quota=-1, limit=-1, weight=1)
+    half = nodes * 8 * 1000 // 2
+    queues = [
+        Queue(name="root", gpu=unl, cpu=unl, memory=unl),
+        Queue(name="hog", parent="root", gpu=QueueResource(quota=0, limit=-1, weight=1), cpu=unl, memory=unl),
+        Queue(name="starved", parent="root", gpu=QueueResource(quota=half, limit=-1, weight=1), cpu=unl, memory=unl,
+              created=1),
+    ]
+    node_list, pods, groups = [], [], []
+    started = list(range(nodes * 8))
+    rng.shuffle(started)
+    stamp = iter(started)
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        node_list.append(Node(name=name, gpus=8, cpu_milli=128_000, memory_bytes=1024 * GI, pods=110,
+                              gpu_memory_mib=81920))
+        free, k = 8, 0
+        while free > 0:
+            g = min(free, rng.choice((1, 1, 1, 2, 4)))
+            created = next(stamp)
+            pg = f"h-{i}-{k}"
+            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="hog", priority_class_name="train",
+                                   created=created))
+            pods.append(Pod(uid=f"u-{pg}-0", namespace="bench", name=f"{pg}-0", pod_group=pg, gpus=g, cpu_milli=2000,
+                            memory_bytes=8 * GI, node_name=name, phase="Running", created=created))
+            free -= g
+            k += 1
+    made, j = 0, 0
+    while made < pending:
+        kind = j % 3
+        pg = f"s-{j}"
+        if kind == 0:  # 8-pod gang of 1-GPU pods
+            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="starved", min_member=8,
+                                   priority_class_name="train", created=10_000_000 + j))
+            for p in range(8):
+                pods.append(Pod(uid=f"u-{pg}-{p}", namespace="bench", name=f"{pg}-{p}", pod_group=pg, gpus=1,
+                                cpu_milli=1000, created=p))
+            made += 8
+        elif kind == 1:  # one 4-GPU pod (needs half a node)
+            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="starved",
+                                   priority_class_name="train", created=10_000_000 + j))
+            pods.append(Pod(uid=f"u-{pg}-0", namespace="bench", name=f"{pg}-0", pod_group=pg, gpus=4, cpu_milli=1000))
+            made += 1
+        else:  # elastic: 4 pods, minimum 1
+            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="starved", min_member=1,
+                                   priority_class_name="train", created=10_000_000 + j))
+            for p in range(4):
+                pods.append(Pod(uid=f"u-{pg}-{p}", namespace="bench", name=f"{pg}-{p}", pod_group=pg, gpus=1,
+                                cpu_milli=1000, created=p))
+            made += 4
+        j += 1
+    return make_snapshot(nodes=node_list, pods=pods, pod_groups=groups, queues=queues, priority_classes=CLASSES,
+                         config=ShardConfig(), now=1_800_000_000, revision=1)
+
+
+def bench_one(nodes: int, repeat: int, seed: int, pending: int) -> dict:
+    snap = generate(nodes, seed, pending)
+    runs = []
+    plan = None
+    for _ in range(repeat):
+        plan, t = run_cycle_timed(snap, time.perf_counter)
+        runs.append(t)
+    best = min(runs, key=lambda t: t.action_durations_ms.get("reclaim", 0.0))
+    return {
+        "nodes": nodes,
+        "pods": len(snap.pods),
+        "pending": sum(1 for p in snap.pods if p.node_name is None),
+        "reclaim_ms": best.action_durations_ms.get("reclaim", 0.0),
+        "median_reclaim_ms": round(statistics.median(t.action_durations_ms.get("reclaim", 0.0) for t in runs), 3),
+        "total_duration_ms": best.total_duration_ms,
+        "action_durations_ms": best.action_durations_ms,
+        "evictions": len(plan.of(Evict)) if plan else 0,
+        "pipelined": len(plan.of(Pipeline)) if plan else 0,
+        "counters": best.counters,
+    }
+
+
+def run_reclaim(args: argparse.Namespace) -> int:
+    raw = str(getattr(args, "sizes", "") or "")
+    try:
+        sizes = [int(s) for s in raw.split(",") if s.strip()] if raw and raw != "100,1000,4000" else list(DEFAULT_SIZES)
+    except ValueError:
+        print(f"--sizes: not a list of integers: {raw}", file=sys.stderr)
+        return 2
+    if any(s <= 0 for s in sizes):
+        print("--sizes: node counts must be positive", file=sys.stderr)
+        return 2
+    pending = int(getattr(args, "pending", 400) or 400)
+    rows = [bench_one(n, max(1, args.repeat), args.seed, pending) for n in sizes]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'nodes':>6} {'pods':>7} {'pending':>7} {'reclaim ms':>10} {'median':>9} {'cycle ms':>9} "
+          f"{'evicted':>7} {'pipelined':>9} {'victims simulated':>17}")
+    for r in rows:
+        print(f"{r['nodes']:>6} {r['pods']:>7} {r['pending']:>7} {r['reclaim_ms']:>10.1f} {r['median_reclaim_ms']:>9.1f} "
+              f"{r['total_duration_ms']:>9.1f} {r['evictions']:>7} {r['pipelined']:>9} "
+              f"{r['counters'].get('reclaim.victims_simulated', 0):>17}")
+    return 0
