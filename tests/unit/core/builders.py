@@ -43,10 +43,24 @@ PRIORITY_CLASSES = (
 )
 
 
-def node(name: str, gpus: int = 8, cpu: int = 64_000, memory: int = 512 * GI, pods: int = 110,
-         gpu_memory: int | None = 40960, **kw) -> Node:
-    return Node(name=name, gpus=gpus, cpu_milli=cpu, memory_bytes=memory, pods=pods,
-                gpu_memory_mib=gpu_memory if gpus else kw.pop("gpu_memory_mib", None), **kw)
+def node(
+    name: str,
+    gpus: int = 8,
+    cpu: int = 64_000,
+    memory: int = 512 * GI,
+    pods: int = 110,
+    gpu_memory: int | None = 40960,
+    **kw,
+) -> Node:
+    return Node(
+        name=name,
+        gpus=gpus,
+        cpu_milli=cpu,
+        memory_bytes=memory,
+        pods=pods,
+        gpu_memory_mib=gpu_memory if gpus else kw.pop("gpu_memory_mib", None),
+        **kw,
+    )
 
 
 def _res(spec, scale: int) -> QueueResource:
@@ -61,11 +75,27 @@ def _res(spec, scale: int) -> QueueResource:
     )
 
 
-def queue(name: str, parent: str | None = "root", gpu=None, cpu=None, memory=None, priority: int = 100,
-          created: int = 0, display_name: str = "") -> Queue:
+def queue(
+    name: str,
+    parent: str | None = "root",
+    gpu=None,
+    cpu=None,
+    memory=None,
+    priority: int = 100,
+    created: int = 0,
+    display_name: str = "",
+) -> Queue:
     """gpu/cpu/memory = (quota, limit[, weight]) with gpu in GPUs, cpu in millicores, memory in bytes."""
-    return Queue(name=name, parent=parent, gpu=_res(gpu, 1000), cpu=_res(cpu, 1), memory=_res(memory, 1),
-                 priority=priority, created=created, display_name=display_name)
+    return Queue(
+        name=name,
+        parent=parent,
+        gpu=_res(gpu, 1000),
+        cpu=_res(cpu, 1),
+        memory=_res(memory, 1),
+        priority=priority,
+        created=created,
+        display_name=display_name,
+    )
 
 
 @dataclass
@@ -74,24 +104,71 @@ class JobSpec:
     pods: list[Pod] = field(default_factory=list)
 
 
-def pod(name: str, gpus: int = 0, cpu: int = 0, memory: int = 0, node_name: str | None = None,
-        fraction: float | None = None, gpu_memory: int | None = None, devices: int = 1, **kw) -> dict:
-    return dict(name=name, gpus=gpus, cpu=cpu, memory=memory, node_name=node_name, fraction=fraction,
-                gpu_memory=gpu_memory, devices=devices, **kw)
+def pod(
+    name: str,
+    gpus: int = 0,
+    cpu: int = 0,
+    memory: int = 0,
+    node_name: str | None = None,
+    fraction: float | None = None,
+    gpu_memory: int | None = None,
+    devices: int = 1,
+    **kw,
+) -> dict:
+    return dict(
+        name=name,
+        gpus=gpus,
+        cpu=cpu,
+        memory=memory,
+        node_name=node_name,
+        fraction=fraction,
+        gpu_memory=gpu_memory,
+        devices=devices,
+        **kw,
+    )
 
 
-def job(name: str, queue: str = "q", pods: int | list[dict] = 1, gpus: int = 0, cpu: int = 0, memory: int = 0,
-        min_member: int = 1, priority_class: str = "train", running_on: list[str] | None = None,
-        fraction: float | None = None, gpu_memory: int | None = None, created: int = 0,
-        subgroups: tuple[SubGroup, ...] = (), min_subgroup: int | None = None, **group_kw) -> JobSpec:
-    group = PodGroup(namespace=NS, name=name, uid=f"uid-{name}", queue=queue, min_member=min_member,
-                     priority_class_name=priority_class, created=created, subgroups=subgroups,
-                     min_subgroup=min_subgroup, **group_kw)
+def job(
+    name: str,
+    queue: str = "q",
+    pods: int | list[dict] = 1,
+    gpus: int = 0,
+    cpu: int = 0,
+    memory: int = 0,
+    min_member: int = 1,
+    priority_class: str = "train",
+    running_on: list[str] | None = None,
+    fraction: float | None = None,
+    gpu_memory: int | None = None,
+    created: int = 0,
+    subgroups: tuple[SubGroup, ...] = (),
+    min_subgroup: int | None = None,
+    **group_kw,
+) -> JobSpec:
+    group = PodGroup(
+        namespace=NS,
+        name=name,
+        uid=f"uid-{name}",
+        queue=queue,
+        min_member=min_member,
+        priority_class_name=priority_class,
+        created=created,
+        subgroups=subgroups,
+        min_subgroup=min_subgroup,
+        **group_kw,
+    )
     if isinstance(pods, int):
         running_on = running_on or []
         specs = [
-            pod(f"{name}-{i}", gpus=gpus, cpu=cpu, memory=memory, fraction=fraction, gpu_memory=gpu_memory,
-                node_name=running_on[i] if i < len(running_on) else None)
+            pod(
+                f"{name}-{i}",
+                gpus=gpus,
+                cpu=cpu,
+                memory=memory,
+                fraction=fraction,
+                gpu_memory=gpu_memory,
+                node_name=running_on[i] if i < len(running_on) else None,
+            )
             for i in range(pods)
         ]
     else:
@@ -104,26 +181,55 @@ def job(name: str, queue: str = "q", pods: int | list[dict] = 1, gpus: int = 0, 
         devices = s.pop("devices")
         fr = None
         if frac is not None or mem is not None:
-            fr = FractionRequest(portion_milli=None if frac is None else int(round(frac * 1000)),
-                                 gpu_memory_mib=mem, num_devices=devices)
+            fr = FractionRequest(
+                portion_milli=None if frac is None else int(round(frac * 1000)),
+                gpu_memory_mib=mem,
+                num_devices=devices,
+            )
         node_name = s.pop("node_name")
-        out.pods.append(Pod(
-            uid=f"uid-{s['name']}", namespace=NS, name=s.pop("name"), pod_group=name,
-            cpu_milli=s.pop("cpu"), memory_bytes=s.pop("memory"), gpus=s.pop("gpus"), fraction=fr,
-            node_name=node_name, phase="Running" if node_name else "Pending", created=s.pop("created", i),
-            **s,
-        ))
+        out.pods.append(
+            Pod(
+                uid=f"uid-{s['name']}",
+                namespace=NS,
+                name=s.pop("name"),
+                pod_group=name,
+                cpu_milli=s.pop("cpu"),
+                memory_bytes=s.pop("memory"),
+                gpus=s.pop("gpus"),
+                fraction=fr,
+                node_name=node_name,
+                phase="Running" if node_name else "Pending",
+                created=s.pop("created", i),
+                **s,
+            )
+        )
     return out
 
 
-def cluster(nodes=(), queues=(), jobs=(), config: ShardConfig | None = None, extra_pods=(), now: int = 1_000_000,
-            revision: int = 1, root: bool = True):
+def cluster(
+    nodes=(),
+    queues=(),
+    jobs=(),
+    config: ShardConfig | None = None,
+    extra_pods=(),
+    now: int = 1_000_000,
+    revision: int = 1,
+    root: bool = True,
+):
     qs = list(queues)
     if root and not any(q.name == "root" for q in qs):
         qs.append(queue("root", parent=None))
     pods = [p for j in jobs for p in j.pods] + list(extra_pods)
-    return make_snapshot(nodes=nodes, pods=pods, pod_groups=[j.group for j in jobs], queues=qs,
-                         priority_classes=PRIORITY_CLASSES, config=config, now=now, revision=revision)
+    return make_snapshot(
+        nodes=nodes,
+        pods=pods,
+        pod_groups=[j.group for j in jobs],
+        queues=qs,
+        priority_classes=PRIORITY_CLASSES,
+        config=config,
+        now=now,
+        revision=revision,
+    )
 
 
 class Result:

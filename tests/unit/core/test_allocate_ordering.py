@@ -28,23 +28,31 @@ def test_queue_within_deserved_goes_first():
     busy = job("busy", queue="q1", pods=2, gpus=1, running_on=["n1", "n1"])
     q1_job = job("q1job", queue="q1", gpus=1, created=0)
     q2_job = job("q2job", queue="q2", gpus=1, created=50)
-    snap = cluster(nodes=[node("n1", gpus=3)], queues=[queue("q1", gpu=(2, -1)), queue("q2", gpu=(2, -1))],
-                   jobs=[busy, q1_job, q2_job])
+    snap = cluster(
+        nodes=[node("n1", gpus=3)],
+        queues=[queue("q1", gpu=(2, -1)), queue("q2", gpu=(2, -1))],
+        jobs=[busy, q1_job, q2_job],
+    )
     assert schedule(snap).bound() == {"q2job-0": "n1"}
 
 
 def test_queue_priority_breaks_the_tie():
     lo = job("lo", queue="lo", gpus=1, created=0)
     hi = job("hi", queue="hi", gpus=1, created=9)
-    snap = cluster(nodes=[node("n1", gpus=1)], queues=[queue("lo", gpu=(0, -1)), queue("hi", gpu=(0, -1), priority=200)],
-                   jobs=[lo, hi])
+    snap = cluster(
+        nodes=[node("n1", gpus=1)],
+        queues=[queue("lo", gpu=(0, -1)), queue("hi", gpu=(0, -1), priority=200)],
+        jobs=[lo, hi],
+    )
     assert schedule(snap).bound() == {"hi-0": "n1"}
 
 
 def test_elastic_jobs_interleave_between_queues():
     a = job("a", queue="qa", pods=4, gpus=1, created=0)
     b = job("b", queue="qb", pods=4, gpus=1, created=1)
-    snap = cluster(nodes=[node("n1", gpus=4)], queues=[queue("qa", gpu=(0, -1)), queue("qb", gpu=(0, -1))], jobs=[a, b])
+    snap = cluster(
+        nodes=[node("n1", gpus=4)], queues=[queue("qa", gpu=(0, -1)), queue("qb", gpu=(0, -1))], jobs=[a, b]
+    )
     bound = schedule(snap).bound()
     assert sum(k.startswith("a-") for k in bound) == 2 and sum(k.startswith("b-") for k in bound) == 2
 
@@ -66,16 +74,26 @@ def test_task_order_leaders_then_task_priority_then_creation():
 
 
 def test_nested_subgroups_with_min_subgroup():
-    sgs = (SubGroup(name="mid"), SubGroup(name="x", parent="mid", min_member=1),
-           SubGroup(name="y", parent="mid", min_member=2), SubGroup(name="z", min_member=1))
-    pods = [pod("x0", gpus=1, subgroup="x"), pod("y0", gpus=1, subgroup="y"), pod("y1", gpus=1, subgroup="y"),
-            pod("z0", gpus=1, subgroup="z")]
+    sgs = (
+        SubGroup(name="mid"),
+        SubGroup(name="x", parent="mid", min_member=1),
+        SubGroup(name="y", parent="mid", min_member=2),
+        SubGroup(name="z", min_member=1),
+    )
+    pods = [
+        pod("x0", gpus=1, subgroup="x"),
+        pod("y0", gpus=1, subgroup="y"),
+        pod("y1", gpus=1, subgroup="y"),
+        pod("z0", gpus=1, subgroup="z"),
+    ]
     snap = cluster(nodes=[node("n1", gpus=3)], queues=[queue("q")], jobs=[job("j", pods=pods, subgroups=sgs)])
     r = schedule(snap)
     # root needs both mid (x and y: 3 pods) and z (1 pod): 4 pods on 3 GPUs -> nothing
     assert r.bound() == {}
     assert "while sub-group y requires 2 pods for gang scheduling" in r.condition("j").message
-    snap4 = cluster(nodes=[node("n1", gpus=4)], queues=[queue("q")], jobs=[job("j", pods=pods, subgroups=sgs)])
+    snap4 = cluster(
+        nodes=[node("n1", gpus=4)], queues=[queue("q")], jobs=[job("j", pods=pods, subgroups=sgs)]
+    )
     assert len(schedule(snap4).bound()) == 4
 
 

@@ -9,7 +9,9 @@ from shoal.core.plan import Annotate, Bind, PodGroupEvent, Reserve, SetCondition
 
 
 def test_s1_gang_cannot_fit_binds_nothing_and_explains():
-    snap = cluster(nodes=[node("n1", gpus=4)], queues=[queue("q")], jobs=[job("j", pods=3, gpus=2, min_member=3)])
+    snap = cluster(
+        nodes=[node("n1", gpus=4)], queues=[queue("q")], jobs=[job("j", pods=3, gpus=2, min_member=3)]
+    )
     r = schedule(snap)
     assert r.bound() == {}
     cond = r.condition("j")
@@ -29,8 +31,11 @@ def test_s1_gang_cannot_fit_binds_nothing_and_explains():
 
 
 def test_s1_two_nodes_variant():
-    snap = cluster(nodes=[node("n1", gpus=2), node("n2", gpus=2)], queues=[queue("q")],
-                   jobs=[job("j", pods=3, gpus=2, min_member=3)])
+    snap = cluster(
+        nodes=[node("n1", gpus=2), node("n2", gpus=2)],
+        queues=[queue("q")],
+        jobs=[job("j", pods=3, gpus=2, min_member=3)],
+    )
     r = schedule(snap)
     assert r.bound() == {}
     assert "Resources were found for 2 pods while 3 are required" in r.condition("j").message
@@ -38,7 +43,9 @@ def test_s1_two_nodes_variant():
 
 
 def test_s1_control_without_gang_two_run_third_gets_per_pod_event():
-    snap = cluster(nodes=[node("n1", gpus=4)], queues=[queue("q")], jobs=[job("j", pods=3, gpus=2, min_member=1)])
+    snap = cluster(
+        nodes=[node("n1", gpus=4)], queues=[queue("q")], jobs=[job("j", pods=3, gpus=2, min_member=1)]
+    )
     r = schedule(snap)
     assert r.bound() == {"j-0": "n1", "j-1": "n1"}
     assert r.condition("j") is None  # the job has allocated pods: no condition (S4 rule)
@@ -47,7 +54,9 @@ def test_s1_control_without_gang_two_run_third_gets_per_pod_event():
 
 
 def test_s2_gang_fits_atomically_and_stamps_last_start():
-    snap = cluster(nodes=[node("n1", gpus=6)], queues=[queue("q")], jobs=[job("j", pods=3, gpus=2, min_member=3)])
+    snap = cluster(
+        nodes=[node("n1", gpus=6)], queues=[queue("q")], jobs=[job("j", pods=3, gpus=2, min_member=3)]
+    )
     r = schedule(snap)
     assert r.bound() == {"j-0": "n1", "j-1": "n1", "j-2": "n1"}
     (ann,) = r.plan.of(Annotate)
@@ -56,7 +65,9 @@ def test_s2_gang_fits_atomically_and_stamps_last_start():
 
 
 def test_s3_not_ready_event_and_no_condition():
-    snap = cluster(nodes=[node("n1", gpus=8)], queues=[queue("q")], jobs=[job("j", pods=2, gpus=1, min_member=3)])
+    snap = cluster(
+        nodes=[node("n1", gpus=8)], queues=[queue("q")], jobs=[job("j", pods=2, gpus=1, min_member=3)]
+    )
     r = schedule(snap)
     assert r.bound() == {}
     assert r.condition("j") is None
@@ -80,8 +91,12 @@ def _subgroup_job(min_subgroup):
     pods = [pod(f"a-{i}", gpus=1, subgroup="a") for i in range(2)] + [
         pod(f"b-{i}", gpus=1, subgroup="b") for i in range(3)
     ]
-    return job("sg", pods=pods, min_subgroup=min_subgroup,
-               subgroups=(SubGroup(name="a", min_member=2), SubGroup(name="b", min_member=3)))
+    return job(
+        "sg",
+        pods=pods,
+        min_subgroup=min_subgroup,
+        subgroups=(SubGroup(name="a", min_member=2), SubGroup(name="b", min_member=3)),
+    )
 
 
 def test_s6_subgroup_gang_nothing_runs():
@@ -89,7 +104,10 @@ def test_s6_subgroup_gang_nothing_runs():
     r = schedule(snap)
     assert r.bound() == {}
     msg = r.condition("sg").message
-    assert "Resources were found for 4 pods from all sub-groups while sub-group b requires 3 pods for gang scheduling" in msg
+    assert (
+        "Resources were found for 4 pods from all sub-groups while sub-group b requires 3 pods for gang scheduling"
+        in msg
+    )
     assert "Additional pods cannot be scheduled in this sub-group due to: " in msg
 
 
@@ -121,8 +139,11 @@ def test_s9_variant_unlimited_limit_all_run():
 
 
 def test_s10_parent_limit_binds_and_is_named():
-    snap = cluster(nodes=[node("n1", gpus=8)], queues=[queue("p", gpu=(-1, 2)), queue("c", parent="p", gpu=(-1, -1))],
-                   jobs=_singles(3, gpus=1, queue="c"))
+    snap = cluster(
+        nodes=[node("n1", gpus=8)],
+        queues=[queue("p", gpu=(-1, 2)), queue("c", parent="p", gpu=(-1, -1))],
+        jobs=_singles(3, gpus=1, queue="c"),
+    )
     r = schedule(snap)
     assert len(r.bound()) == 2
     assert r.condition("j2").message.startswith(
@@ -131,8 +152,11 @@ def test_s10_parent_limit_binds_and_is_named():
 
 
 def test_s11_non_preemptible_stays_within_quota():
-    snap = cluster(nodes=[node("n1", gpus=8)], queues=[queue("q", gpu=(2, -1))],
-                   jobs=_singles(3, gpus=1, priority_class="inference"))
+    snap = cluster(
+        nodes=[node("n1", gpus=8)],
+        queues=[queue("q", gpu=(2, -1))],
+        jobs=_singles(3, gpus=1, priority_class="inference"),
+    )
     r = schedule(snap)
     assert len(r.bound()) == 2
     assert r.condition("j2").message == (
@@ -144,8 +168,10 @@ def test_s11_non_preemptible_stays_within_quota():
 
 
 def test_s12_default_queue_gotcha_cpu_first_and_preemptible_escape():
-    qs = [queue("default-parent-queue", parent=None, gpu=(0, -1), cpu=(0, -1), memory=(0, -1)),
-          queue("default-queue", parent="default-parent-queue", gpu=(0, -1), cpu=(0, -1), memory=(0, -1))]
+    qs = [
+        queue("default-parent-queue", parent=None, gpu=(0, -1), cpu=(0, -1), memory=(0, -1)),
+        queue("default-queue", parent="default-parent-queue", gpu=(0, -1), cpu=(0, -1), memory=(0, -1)),
+    ]
     blocked = job("dep", queue="default-queue", cpu=100, priority_class="inference")
     snap = cluster(nodes=[node("n1")], queues=qs, jobs=[blocked], root=False)
     r = schedule(snap)
@@ -158,12 +184,18 @@ def test_s12_default_queue_gotcha_cpu_first_and_preemptible_escape():
 
 
 def test_s13_missing_queue_and_non_leaf_queue():
-    snap = cluster(nodes=[node("n1")], queues=[queue("q")],
-                   jobs=[job("lost", queue="nope", gpus=1), job("top", queue="root", gpus=1)])
+    snap = cluster(
+        nodes=[node("n1")],
+        queues=[queue("q")],
+        jobs=[job("lost", queue="nope", gpus=1), job("top", queue="root", gpus=1)],
+    )
     r = schedule(snap)
     assert r.bound() == {}
     cond = r.condition("lost")
-    assert (cond.reason, cond.message) == ("QueueDoesNotExist", "QueueDoesNotExist: Queue 'nope' does not exist.")
+    assert (cond.reason, cond.message) == (
+        "QueueDoesNotExist",
+        "QueueDoesNotExist: Queue 'nope' does not exist.",
+    )
     assert r.condition("top") is None and r.pg_events("top") == [] and r.pod_events("top-0") == []
 
 
@@ -173,7 +205,9 @@ def test_s30_two_halves_share_one_card_with_one_reservation():
     binds = r.binds()
     assert [b.node for b in binds] == ["n1", "n1"]
     assert binds[0].gpu_groups == binds[1].gpu_groups and len(binds[0].gpu_groups) == 1
-    assert {b.fraction for b in binds} == {"0.50"} and {b.received_resource_type for b in binds} == {"Fraction"}
+    assert {b.fraction for b in binds} == {"0.50"} and {b.received_resource_type for b in binds} == {
+        "Fraction"
+    }
     (res,) = r.reserves()
     assert (res.node, res.gpu_group) == ("n1", binds[0].gpu_groups[0])
     ops = list(r.plan.ops)
@@ -183,8 +217,12 @@ def test_s30_two_halves_share_one_card_with_one_reservation():
 def _s32(strategy):
     running = job("run", pods=[pod("run-0", fraction=0.5, node_name="n1", gpu_groups=("g1",))])
     new = job("new", fraction=0.3, created=5)
-    return cluster(nodes=[node("n1", gpus=2)], queues=[queue("q")], jobs=[running, new],
-                   config=ShardConfig(gpu_placement=strategy))
+    return cluster(
+        nodes=[node("n1", gpus=2)],
+        queues=[queue("q")],
+        jobs=[running, new],
+        config=ShardConfig(gpu_placement=strategy),
+    )
 
 
 def test_s32_fraction_binpacks_into_existing_group():
@@ -203,9 +241,15 @@ def test_s32_spread_opens_new_group():
 
 
 def test_s33_fractions_count_against_limit():
-    running = [job(f"r{i}", pods=[pod(f"r{i}-0", fraction=0.5, node_name="n1", gpu_groups=("g1",))]) for i in range(2)]
-    snap = cluster(nodes=[node("n1", gpus=2)], queues=[queue("q", gpu=(1, 1))],
-                   jobs=[*running, job("third", fraction=0.5, created=9)])
+    running = [
+        job(f"r{i}", pods=[pod(f"r{i}-0", fraction=0.5, node_name="n1", gpu_groups=("g1",))])
+        for i in range(2)
+    ]
+    snap = cluster(
+        nodes=[node("n1", gpus=2)],
+        queues=[queue("q", gpu=(1, 1))],
+        jobs=[*running, job("third", fraction=0.5, created=9)],
+    )
     r = schedule(snap)
     assert r.bound() == {}
     assert r.condition("third").message == (
@@ -218,8 +262,12 @@ def _s35(strategy, cpu_pod=False):
     busy = job("busy", pods=6, gpus=1, running_on=["n1"] * 6)
     new = job("new", cpu=1000, created=5) if cpu_pod else job("new", gpus=1, created=5)
     nodes = [node("n1", gpus=8), node("n2", gpus=8)]
-    return cluster(nodes=nodes, queues=[queue("q")], jobs=[busy, new],
-                   config=ShardConfig(gpu_placement=strategy, cpu_placement=strategy))
+    return cluster(
+        nodes=nodes,
+        queues=[queue("q")],
+        jobs=[busy, new],
+        config=ShardConfig(gpu_placement=strategy, cpu_placement=strategy),
+    )
 
 
 def test_s35_binpack_vs_spread_gpu():
@@ -234,8 +282,11 @@ def test_s35_cpu_pod_prefers_cpu_only_node():
 
 
 def test_condition_cleared_once_scheduled_and_kept_types():
-    snap = cluster(nodes=[node("n1", gpus=2)], queues=[queue("q")],
-                   jobs=[job("j", gpus=1, condition_reason="PodSchedulingErrors")])
+    snap = cluster(
+        nodes=[node("n1", gpus=2)],
+        queues=[queue("q")],
+        jobs=[job("j", gpus=1, condition_reason="PodSchedulingErrors")],
+    )
     r = schedule(snap)
     assert r.bound() == {"j-0": "n1"}
     assert any(op.pod_group == f"{NS}/j" for op in r.plan.ops if type(op).__name__ == "ClearCondition")

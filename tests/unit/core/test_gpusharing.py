@@ -10,7 +10,9 @@ from shoal.core.session import Session
 
 
 def _session(nodes, jobs, strategy="binpack"):
-    return Session(cluster(nodes=nodes, queues=[queue("q")], jobs=jobs, config=ShardConfig(gpu_placement=strategy)))
+    return Session(
+        cluster(nodes=nodes, queues=[queue("q")], jobs=jobs, config=ShardConfig(gpu_placement=strategy))
+    )
 
 
 def _task(session, key):
@@ -44,7 +46,9 @@ def test_spread_prefers_a_new_whole_gpu():
 
 
 def test_multi_device_fraction_takes_distinct_groups():
-    s = _session([node("n1", gpus=4)], [*_shared_node(), job("x", pods=[pod("x-0", fraction=0.25, devices=3)])])
+    s = _session(
+        [node("n1", gpus=4)], [*_shared_node(), job("x", pods=[pod("x-0", fraction=0.25, devices=3)])]
+    )
     picks, _ = pick_groups(s.node_by_name["n1"], _task(s, "ns/x-0"), "binpack")
     ids = [p.group_id for p in picks]
     assert ids[:2] == ["ga", "gb"] and picks[2].new and len(set(ids)) == 3
@@ -58,13 +62,26 @@ def test_no_fit_when_no_gpu_left():
 def test_new_group_ids_are_deterministic_and_distinct():
     a = new_group_id("n1", "uid-1", 0)
     assert a == new_group_id("n1", "uid-1", 0)
-    assert len({a, new_group_id("n1", "uid-1", 1), new_group_id("n2", "uid-1", 0), new_group_id("n1", "uid-2", 0)}) == 4
+    assert (
+        len(
+            {
+                a,
+                new_group_id("n1", "uid-1", 1),
+                new_group_id("n2", "uid-1", 0),
+                new_group_id("n1", "uid-2", 0),
+            }
+        )
+        == 4
+    )
     assert len(a) == 36 and a.count("-") == 4
 
 
 def test_multi_device_bind_reserves_each_new_group():
-    snap = cluster(nodes=[node("n1", gpus=4)], queues=[queue("q")],
-                   jobs=[job("x", pods=[pod("x-0", fraction=0.5, devices=2)])])
+    snap = cluster(
+        nodes=[node("n1", gpus=4)],
+        queues=[queue("q")],
+        jobs=[job("x", pods=[pod("x-0", fraction=0.5, devices=2)])],
+    )
     r = schedule(snap)
     (b,) = r.binds()
     assert len(b.gpu_groups) == 2 and b.gpus == 2 and b.fraction == "0.50"
@@ -96,8 +113,10 @@ def test_invalid_fraction_annotation_blocks_only_its_group():
     assert r.bound() == {"good-0": "n1"}
     cond = r.condition("bad")
     assert cond.reason == "PodSchedulingErrors"
-    assert cond.message == ('PodSchedulingErrors: Pod ns/bad-0 has an invalid GPU sharing request: '
-                            'gpu-fraction "1.5" must be a number in (0, 1).')
+    assert cond.message == (
+        "PodSchedulingErrors: Pod ns/bad-0 has an invalid GPU sharing request: "
+        'gpu-fraction "1.5" must be a number in (0, 1).'
+    )
 
 
 def test_portion_text_formats_two_decimals():
@@ -109,9 +128,19 @@ def test_portion_text_formats_two_decimals():
 def test_reservation_pods_rebuild_empty_groups():
     from shoal.core.model import Pod
 
-    res = Pod(uid="r1", namespace="kai-resource-reservation", name="gpu-reservation-1", gpus=1,
-              node_name="n1", phase="Running", gpu_groups=("g9",), managed=False)
-    snap = cluster(nodes=[node("n1", gpus=1)], queues=[queue("q")], jobs=[job("x", fraction=0.5)], extra_pods=[res])
+    res = Pod(
+        uid="r1",
+        namespace="kai-resource-reservation",
+        name="gpu-reservation-1",
+        gpus=1,
+        node_name="n1",
+        phase="Running",
+        gpu_groups=("g9",),
+        managed=False,
+    )
+    snap = cluster(
+        nodes=[node("n1", gpus=1)], queues=[queue("q")], jobs=[job("x", fraction=0.5)], extra_pods=[res]
+    )
     r = schedule(snap)
     (b,) = r.binds()
     assert b.gpu_groups == ("g9",) and r.reserves() == []  # joins the reserved GPU, no second reservation

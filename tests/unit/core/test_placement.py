@@ -18,7 +18,9 @@ def test_node_selector_and_affinity_operators():
     assert _one({"gpus": 1, "node_selector": {"zone": "z2"}}, nodes).bound() == {"x-0": "b"}
 
     def aff(op, *values):
-        term = NodeSelectorTerm(match_expressions=(NodeSelectorRequirement(key="rank", operator=op, values=values),))
+        term = NodeSelectorTerm(
+            match_expressions=(NodeSelectorRequirement(key="rank", operator=op, values=values),)
+        )
         return _one({"gpus": 1, "affinity_terms": (term,)}, nodes).bound()
 
     assert aff("In", "3") == {"x-0": "a"}
@@ -52,18 +54,29 @@ def test_not_ready_and_cordoned_nodes_are_skipped():
     assert _one({"gpus": 1}, nodes).bound() == {"x-0": "c"}
     r = _one({"gpus": 2}, nodes)
     msg = r.pod_events("x-0")[0].message
-    assert msg == ("Resources were not found for pod ns/x-0 due to: no nodes with enough resources were found: "
-                   "1 node(s) didn't have enough resources: GPUs, 1 node(s) were not ready, "
-                   "1 node(s) were unschedulable.")
+    assert msg == (
+        "Resources were not found for pod ns/x-0 due to: no nodes with enough resources were found: "
+        "1 node(s) didn't have enough resources: GPUs, 1 node(s) were not ready, "
+        "1 node(s) were unschedulable."
+    )
 
 
 def test_cpu_memory_and_pod_slots_predicates():
-    assert _one({"cpu": 9000}, [node("a", cpu=8000)]).pod_events("x-0")[0].message.endswith(
-        "1 node(s) didn't have enough resources: CPU cores.")
-    assert _one({"memory": 10}, [node("a", memory=5)]).pod_events("x-0")[0].message.endswith(
-        "1 node(s) didn't have enough resources: memory.")
-    assert _one({"cpu": 1}, [node("a", pods=0)]).pod_events("x-0")[0].message.endswith(
-        "1 node(s) didn't have enough resources: pods.")
+    assert (
+        _one({"cpu": 9000}, [node("a", cpu=8000)])
+        .pod_events("x-0")[0]
+        .message.endswith("1 node(s) didn't have enough resources: CPU cores.")
+    )
+    assert (
+        _one({"memory": 10}, [node("a", memory=5)])
+        .pod_events("x-0")[0]
+        .message.endswith("1 node(s) didn't have enough resources: memory.")
+    )
+    assert (
+        _one({"cpu": 1}, [node("a", pods=0)])
+        .pod_events("x-0")[0]
+        .message.endswith("1 node(s) didn't have enough resources: pods.")
+    )
 
 
 def test_fraction_needs_two_pod_slots_for_a_new_group():
@@ -74,7 +87,8 @@ def test_fraction_needs_two_pod_slots_for_a_new_group():
 def test_gpu_memory_request_needs_synced_node_memory():
     r = _one({"gpu_memory": 1000}, [node("a", gpu_memory=None)])
     assert "node is not a gpu node or the gpu memory count on the node was not synced yet" in (
-        r.pod_events("x-0")[0].message)
+        r.pod_events("x-0")[0].message
+    )
     assert _one({"gpu_memory": 1000}, [node("a")]).bound() == {"x-0": "a"}
     too_big = _one({"gpu_memory": 50_000}, [node("a")])
     assert "didn't have enough resources: GPU memory" in too_big.pod_events("x-0")[0].message

@@ -23,39 +23,85 @@ def clusters(draw):
     nodes, pods, groups = [], [], []
     for i in range(n_nodes):
         gpus = draw(st.sampled_from([0, 1, 2, 4, 8]))
-        nodes.append(Node(name=f"n{i}", gpus=gpus, cpu_milli=draw(st.integers(1, 16)) * 1000,
-                          memory_bytes=64 * 2**30, pods=draw(st.integers(2, 12)), gpu_memory_mib=40960))
+        nodes.append(
+            Node(
+                name=f"n{i}",
+                gpus=gpus,
+                cpu_milli=draw(st.integers(1, 16)) * 1000,
+                memory_bytes=64 * 2**30,
+                pods=draw(st.integers(2, 12)),
+                gpu_memory_mib=40960,
+            )
+        )
         used = draw(st.integers(0, gpus))
         if used:
             groups.append(PodGroup(namespace=NS, name=f"run{i}", uid=f"ur{i}", queue="q", min_member=1))
-            pods.append(Pod(uid=f"ur{i}-0", namespace=NS, name=f"run{i}-0", pod_group=f"run{i}", gpus=used,
-                            cpu_milli=500, node_name=f"n{i}", phase="Running",
-                            deleting=draw(st.booleans())))
+            pods.append(
+                Pod(
+                    uid=f"ur{i}-0",
+                    namespace=NS,
+                    name=f"run{i}-0",
+                    pod_group=f"run{i}",
+                    gpus=used,
+                    cpu_milli=500,
+                    node_name=f"n{i}",
+                    phase="Running",
+                    deleting=draw(st.booleans()),
+                )
+            )
         if gpus - used >= 1 and draw(st.booleans()):
             groups.append(PodGroup(namespace=NS, name=f"sh{i}", uid=f"us{i}", queue="q", min_member=1))
-            pods.append(Pod(uid=f"us{i}-0", namespace=NS, name=f"sh{i}-0", pod_group=f"sh{i}",
-                            fraction=FractionRequest(portion_milli=draw(st.sampled_from([250, 500, 700]))),
-                            node_name=f"n{i}", phase="Running", gpu_groups=(f"g{i}",)))
+            pods.append(
+                Pod(
+                    uid=f"us{i}-0",
+                    namespace=NS,
+                    name=f"sh{i}-0",
+                    pod_group=f"sh{i}",
+                    fraction=FractionRequest(portion_milli=draw(st.sampled_from([250, 500, 700]))),
+                    node_name=f"n{i}",
+                    phase="Running",
+                    gpu_groups=(f"g{i}",),
+                )
+            )
     for j in range(draw(st.integers(1, 6))):
         size = draw(st.integers(1, 4))
         min_member = draw(st.integers(1, size))
         kind = draw(st.sampled_from(["gpu", "frac", "cpu"]))
-        groups.append(PodGroup(namespace=NS, name=f"j{j}", uid=f"uj{j}", queue=draw(st.sampled_from(["q", "r"])),
-                               min_member=min_member, created=j,
-                               priority_class_name=draw(st.sampled_from(["train", "build"]))))
+        groups.append(
+            PodGroup(
+                namespace=NS,
+                name=f"j{j}",
+                uid=f"uj{j}",
+                queue=draw(st.sampled_from(["q", "r"])),
+                min_member=min_member,
+                created=j,
+                priority_class_name=draw(st.sampled_from(["train", "build"])),
+            )
+        )
         for k in range(size):
             kw = {}
             if kind == "gpu":
                 kw["gpus"] = draw(st.integers(1, 3))
             elif kind == "frac":
-                kw["fraction"] = FractionRequest(portion_milli=draw(st.sampled_from([300, 500, 800])),
-                                                 num_devices=draw(st.integers(1, 2)))
+                kw["fraction"] = FractionRequest(
+                    portion_milli=draw(st.sampled_from([300, 500, 800])), num_devices=draw(st.integers(1, 2))
+                )
             kw["cpu_milli"] = draw(st.sampled_from([0, 500, 2000]))
-            pods.append(Pod(uid=f"uj{j}-{k}", namespace=NS, name=f"j{j}-{k}", pod_group=f"j{j}", created=k, **kw))
+            pods.append(
+                Pod(uid=f"uj{j}-{k}", namespace=NS, name=f"j{j}-{k}", pod_group=f"j{j}", created=k, **kw)
+            )
     strategy = draw(st.sampled_from(["binpack", "spread"]))
     queues = [queue("root", parent=None), queue("q", gpu=(2, -1)), queue("r", gpu=(1, 3))]
-    return dict(nodes=nodes, pods=pods, pod_groups=groups, queues=queues, priority_classes=PRIORITY_CLASSES,
-                config=ShardConfig(gpu_placement=strategy, cpu_placement=strategy), now=1000, revision=7)
+    return dict(
+        nodes=nodes,
+        pods=pods,
+        pod_groups=groups,
+        queues=queues,
+        priority_classes=PRIORITY_CLASSES,
+        config=ShardConfig(gpu_placement=strategy, cpu_placement=strategy),
+        now=1000,
+        revision=7,
+    )
 
 
 def _check_no_overcommit(snap, plan):

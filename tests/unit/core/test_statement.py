@@ -12,11 +12,30 @@ from shoal.core.statement import GroupPick, Statement
 def fingerprint(session: Session):
     nodes = []
     for ns in session.nodes:
-        groups = tuple(sorted((g.id, g.used, g.releasing, g.members, g.active_members) for g in ns.groups.values()))
-        nodes.append((ns.name, ns.idle_cpu, ns.idle_mem, ns.idle_gpus, ns.idle_pods, ns.rel_cpu, ns.rel_mem,
-                      ns.rel_gpus, ns.rel_pods, groups))
-    tasks = tuple(sorted((t.key, t.status, t.node.name if t.node else None, t.groups)
-                         for j in session.jobs.values() for t in j.tasks))
+        groups = tuple(
+            sorted((g.id, g.used, g.releasing, g.members, g.active_members) for g in ns.groups.values())
+        )
+        nodes.append(
+            (
+                ns.name,
+                ns.idle_cpu,
+                ns.idle_mem,
+                ns.idle_gpus,
+                ns.idle_pods,
+                ns.rel_cpu,
+                ns.rel_mem,
+                ns.rel_gpus,
+                ns.rel_pods,
+                groups,
+            )
+        )
+    tasks = tuple(
+        sorted(
+            (t.key, t.status, t.node.name if t.node else None, t.groups)
+            for j in session.jobs.values()
+            for t in j.tasks
+        )
+    )
     queues = tuple(sorted((q.name, tuple(q.alloc), tuple(q.alloc_np)) for q in session.queues.values()))
     for j in session.jobs.values():  # the statement keeps each leaf's active count equal to a recount
         assert j.root.active == sum(1 for t in j.root.tasks if t.status in ACTIVE), j.key
@@ -24,12 +43,20 @@ def fingerprint(session: Session):
 
 
 def _session():
-    running = job("run", pods=[pod("run-0", gpus=2, cpu=1000, node_name="n1"),
-                               pod("run-1", fraction=0.5, node_name="n1", gpu_groups=("g1",))])
+    running = job(
+        "run",
+        pods=[
+            pod("run-0", gpus=2, cpu=1000, node_name="n1"),
+            pod("run-1", fraction=0.5, node_name="n1", gpu_groups=("g1",)),
+        ],
+    )
     pending = job("p", pods=3, gpus=1, cpu=500)
     frac = job("f", fraction=0.25)
-    snap = cluster(nodes=[node("n1", gpus=4, pods=10), node("n2", gpus=2)], queues=[queue("q")],
-                   jobs=[running, pending, frac])
+    snap = cluster(
+        nodes=[node("n1", gpus=4, pods=10), node("n2", gpus=2)],
+        queues=[queue("q")],
+        jobs=[running, pending, frac],
+    )
     return Session(snap)
 
 

@@ -32,19 +32,38 @@ from shoal.core.plan import Bind, Pipeline
 
 SIZES = {100: 2_000, 1_000: 20_000, 4_000: 140_000}
 GI = 1024**3
-CLASSES = (PriorityClass(name="train", value=50), PriorityClass(name="build", value=100),
-           PriorityClass(name="inference", value=125))
+CLASSES = (
+    PriorityClass(name="train", value=50),
+    PriorityClass(name="build", value=100),
+    PriorityClass(name="inference", value=125),
+)
 
 
 def _queues() -> list[Queue]:
     unl = QueueResource(quota=-1, limit=-1, weight=1)
     out = [Queue(name="root", gpu=unl, cpu=unl, memory=unl)]
     for d in range(2):
-        out.append(Queue(name=f"dept{d}", parent="root", gpu=QueueResource(quota=-1, limit=-1, weight=1),
-                         cpu=unl, memory=unl, created=d))
+        out.append(
+            Queue(
+                name=f"dept{d}",
+                parent="root",
+                gpu=QueueResource(quota=-1, limit=-1, weight=1),
+                cpu=unl,
+                memory=unl,
+                created=d,
+            )
+        )
         for p in range(4):
-            out.append(Queue(name=f"proj{d}{p}", parent=f"dept{d}", created=10 + p, cpu=unl, memory=unl,
-                             gpu=QueueResource(quota=1000 * (50 + 10 * p), limit=-1, weight=1 + p)))
+            out.append(
+                Queue(
+                    name=f"proj{d}{p}",
+                    parent=f"dept{d}",
+                    created=10 + p,
+                    cpu=unl,
+                    memory=unl,
+                    gpu=QueueResource(quota=1000 * (50 + 10 * p), limit=-1, weight=1 + p),
+                )
+            )
     return out
 
 
@@ -56,37 +75,89 @@ def generate(nodes: int, pods: int, seed: int = 7, pending: int = 300) -> Snapsh
     per_node = max(1, (pods - pending) // nodes)
 
     def group(name: str, q: str, min_member: int = 1, cls: str = "train", created: int = 0) -> str:
-        groups.append(PodGroup(namespace="bench", name=name, uid=f"u-{name}", queue=q, min_member=min_member,
-                               priority_class_name=cls, created=created))
+        groups.append(
+            PodGroup(
+                namespace="bench",
+                name=name,
+                uid=f"u-{name}",
+                queue=q,
+                min_member=min_member,
+                priority_class_name=cls,
+                created=created,
+            )
+        )
         return name
 
     for i in range(nodes):
         name = f"node-{i:05d}"
-        node_list.append(Node(name=name, gpus=8, cpu_milli=128_000, memory_bytes=1024 * GI, pods=110,
-                              gpu_memory_mib=81920, labels={"pool": "a" if i % 2 else "b"}))
+        node_list.append(
+            Node(
+                name=name,
+                gpus=8,
+                cpu_milli=128_000,
+                memory_bytes=1024 * GI,
+                pods=110,
+                gpu_memory_mib=81920,
+                labels={"pool": "a" if i % 2 else "b"},
+            )
+        )
         count = 0
         free = 8
         while free > 1 and count < per_node:
             g = min(free - 1, rng.choice((1, 1, 2, 4)))
             q = rng.choice(leaves)
             pg = group(f"w-{i}-{count}", q)
-            pod_list.append(Pod(uid=f"u-w-{i}-{count}", namespace="bench", name=f"w-{i}-{count}", pod_group=pg,
-                                gpus=g, cpu_milli=4000, memory_bytes=32 * GI, node_name=name, phase="Running",
-                                created=i, deleting=rng.random() < 0.01))
+            pod_list.append(
+                Pod(
+                    uid=f"u-w-{i}-{count}",
+                    namespace="bench",
+                    name=f"w-{i}-{count}",
+                    pod_group=pg,
+                    gpus=g,
+                    cpu_milli=4000,
+                    memory_bytes=32 * GI,
+                    node_name=name,
+                    phase="Running",
+                    created=i,
+                    deleting=rng.random() < 0.01,
+                )
+            )
             free -= g
             count += 1
         if rng.random() < 0.6 and count < per_node:  # one shared GPU with fractions
             gid = f"grp-{i}"
             for k in range(rng.choice((1, 2, 3))):
                 pg = group(f"f-{i}-{k}", rng.choice(leaves))
-                pod_list.append(Pod(uid=f"u-f-{i}-{k}", namespace="bench", name=f"f-{i}-{k}", pod_group=pg,
-                                    fraction=FractionRequest(portion_milli=250), cpu_milli=1000, node_name=name,
-                                    phase="Running", gpu_groups=(gid,), created=i))
+                pod_list.append(
+                    Pod(
+                        uid=f"u-f-{i}-{k}",
+                        namespace="bench",
+                        name=f"f-{i}-{k}",
+                        pod_group=pg,
+                        fraction=FractionRequest(portion_milli=250),
+                        cpu_milli=1000,
+                        node_name=name,
+                        phase="Running",
+                        gpu_groups=(gid,),
+                        created=i,
+                    )
+                )
                 count += 1
         while count < per_node:  # CPU-only services
             pg = group(f"c-{i}-{count}", rng.choice(leaves), cls="inference")
-            pod_list.append(Pod(uid=f"u-c-{i}-{count}", namespace="bench", name=f"c-{i}-{count}", pod_group=pg,
-                                cpu_milli=200, memory_bytes=GI, node_name=name, phase="Running", created=i))
+            pod_list.append(
+                Pod(
+                    uid=f"u-c-{i}-{count}",
+                    namespace="bench",
+                    name=f"c-{i}-{count}",
+                    pod_group=pg,
+                    cpu_milli=200,
+                    memory_bytes=GI,
+                    node_name=name,
+                    phase="Running",
+                    created=i,
+                )
+            )
             count += 1
     made = 0
     j = 0
@@ -97,27 +168,70 @@ def generate(nodes: int, pods: int, seed: int = 7, pending: int = 300) -> Snapsh
             size = rng.choice((2, 4, 8))
             pg = group(f"gang-{j}", q, min_member=size, created=100_000 + j)
             for k in range(size):
-                pod_list.append(Pod(uid=f"u-gang-{j}-{k}", namespace="bench", name=f"gang-{j}-{k}", pod_group=pg,
-                                    gpus=rng.choice((1, 2, 4)) if k == 0 else 1, cpu_milli=2000, created=k))
+                pod_list.append(
+                    Pod(
+                        uid=f"u-gang-{j}-{k}",
+                        namespace="bench",
+                        name=f"gang-{j}-{k}",
+                        pod_group=pg,
+                        gpus=rng.choice((1, 2, 4)) if k == 0 else 1,
+                        cpu_milli=2000,
+                        created=k,
+                    )
+                )
             made += size
         elif kind < 0.6:
             pg = group(f"one-{j}", q, created=100_000 + j)
-            pod_list.append(Pod(uid=f"u-one-{j}", namespace="bench", name=f"one-{j}", pod_group=pg,
-                                gpus=rng.choice((1, 2)), cpu_milli=1000, created=j))
+            pod_list.append(
+                Pod(
+                    uid=f"u-one-{j}",
+                    namespace="bench",
+                    name=f"one-{j}",
+                    pod_group=pg,
+                    gpus=rng.choice((1, 2)),
+                    cpu_milli=1000,
+                    created=j,
+                )
+            )
             made += 1
         elif kind < 0.85:
             pg = group(f"frac-{j}", q, created=100_000 + j)
-            pod_list.append(Pod(uid=f"u-frac-{j}", namespace="bench", name=f"frac-{j}", pod_group=pg,
-                                fraction=FractionRequest(portion_milli=rng.choice((250, 500))), created=j))
+            pod_list.append(
+                Pod(
+                    uid=f"u-frac-{j}",
+                    namespace="bench",
+                    name=f"frac-{j}",
+                    pod_group=pg,
+                    fraction=FractionRequest(portion_milli=rng.choice((250, 500))),
+                    created=j,
+                )
+            )
             made += 1
         else:
             pg = group(f"cpu-{j}", q, created=100_000 + j)
-            pod_list.append(Pod(uid=f"u-cpu-{j}", namespace="bench", name=f"cpu-{j}", pod_group=pg,
-                                cpu_milli=500, memory_bytes=GI, created=j))
+            pod_list.append(
+                Pod(
+                    uid=f"u-cpu-{j}",
+                    namespace="bench",
+                    name=f"cpu-{j}",
+                    pod_group=pg,
+                    cpu_milli=500,
+                    memory_bytes=GI,
+                    created=j,
+                )
+            )
             made += 1
         j += 1
-    return make_snapshot(nodes=node_list, pods=pod_list, pod_groups=groups, queues=_queues(),
-                         priority_classes=CLASSES, config=ShardConfig(), now=1_800_000_000, revision=1)
+    return make_snapshot(
+        nodes=node_list,
+        pods=pod_list,
+        pod_groups=groups,
+        queues=_queues(),
+        priority_classes=CLASSES,
+        config=ShardConfig(),
+        now=1_800_000_000,
+        revision=1,
+    )
 
 
 def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_counter) -> dict:
@@ -145,13 +259,20 @@ def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_cou
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (core cycle time on generated clusters)")
     parser.add_argument("target", choices=["core"], help="what to benchmark")
-    parser.add_argument("--sizes", default="100,1000,4000",
-                        help="comma-separated node counts out of 100,1000,4000 (pods: 2k/20k/140k)")
+    parser.add_argument(
+        "--sizes",
+        default="100,1000,4000",
+        help="comma-separated node counts out of 100,1000,4000 (pods: 2k/20k/140k)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="cycles per size (best and median reported)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                        help="wall: time.perf_counter; cpu: this process's CPU time (steadier on a busy machine)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall: time.perf_counter; cpu: this process's CPU time (steadier on a busy machine)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -170,13 +291,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    head = f"{'nodes':>6} {'pods':>8} {'pending':>7} {'build ms':>9} {'allocate ms':>11} {'other ms':>8} " \
-           f"{'total ms':>9} {'median':>9} {'binds':>6} {'pipelined':>9}"
+    head = (
+        f"{'nodes':>6} {'pods':>8} {'pending':>7} {'build ms':>9} {'allocate ms':>11} {'other ms':>8} "
+        f"{'total ms':>9} {'median':>9} {'binds':>6} {'pipelined':>9}"
+    )
     print(head)
     for r in rows:
         acts = r["action_durations_ms"]
         other = sum(v for k, v in acts.items() if k != "allocate")
-        print(f"{r['nodes']:>6} {r['pods']:>8} {r['pending']:>7} {r['snapshot_build_ms']:>9.1f} "
-              f"{acts.get('allocate', 0.0):>11.1f} {other:>8.1f} {r['total_duration_ms']:>9.1f} "
-              f"{r['median_total_ms']:>9.1f} {r['binds']:>6} {r['pipelined']:>9}")
+        print(
+            f"{r['nodes']:>6} {r['pods']:>8} {r['pending']:>7} {r['snapshot_build_ms']:>9.1f} "
+            f"{acts.get('allocate', 0.0):>11.1f} {other:>8.1f} {r['total_duration_ms']:>9.1f} "
+            f"{r['median_total_ms']:>9.1f} {r['binds']:>6} {r['pipelined']:>9}"
+        )
     return 0

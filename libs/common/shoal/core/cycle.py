@@ -56,7 +56,11 @@ def now_text(now: str | int) -> str:
 def enabled_actions(snapshot: Snapshot) -> list[str]:
     cfg = snapshot.config
     names = [a for a in ACTION_ORDER if a in cfg.actions]
-    if cfg.gpu_placement == "spread" or cfg.cpu_placement == "spread" or cfg.max_consolidation_preemptees <= 0:
+    if (
+        cfg.gpu_placement == "spread"
+        or cfg.cpu_placement == "spread"
+        or cfg.max_consolidation_preemptees <= 0
+    ):
         names = [a for a in names if a != "consolidation"]
     return names
 
@@ -118,8 +122,13 @@ def build_plan(ctx: Context) -> Plan:
         elif op.kind == "evict":
             ops.append(
                 Evict(
-                    pod=pod.key, pod_uid=pod.uid, node=op.node.name, action=op.action, by=op.by,
-                    message=op.message, pod_group=pg,
+                    pod=pod.key,
+                    pod_uid=pod.uid,
+                    node=op.node.name,
+                    action=op.action,
+                    by=op.by,
+                    message=op.message,
+                    pod_group=pg,
                 )
             )
     status: list = []
@@ -145,7 +154,9 @@ def build_plan(ctx: Context) -> Plan:
                         pod_group=key,
                         reason=first[0][0],
                         message=message,
-                        reasons=tuple(ConditionReason(reason=r, message=m, details=_details(d)) for r, m, d in first),
+                        reasons=tuple(
+                            ConditionReason(reason=r, message=m, details=_details(d)) for r, m, d in first
+                        ),
                         node_pool=job.group.node_pool,
                     )
                 )
@@ -153,9 +164,7 @@ def build_plan(ctx: Context) -> Plan:
                 if t.status != PENDING:
                     continue
                 text = reasons.pod_error(t.key, out.per_pod_fit) if out.per_pod_fit else first[0][1]
-                status.append(
-                    PodEvent(pod=t.key, reason=reasons.UNSCHEDULABLE, message=text, pod_group=key)
-                )
+                status.append(PodEvent(pod=t.key, reason=reasons.UNSCHEDULABLE, message=text, pod_group=key))
         elif active and job.group.condition_reason:
             status.append(ClearCondition(pod_group=key))
     status.extend(ctx.status_ops)
@@ -180,7 +189,9 @@ def queue_figures(ctx: Context) -> list[QueueFigures]:
     return out
 
 
-def run_cycle_timed(snapshot: Snapshot, timer: Callable[[], float] | None = None) -> tuple[Plan, CycleTimings]:
+def run_cycle_timed(
+    snapshot: Snapshot, timer: Callable[[], float] | None = None
+) -> tuple[Plan, CycleTimings]:
     # The cycle allocates ~1 object per pod and frees nothing until it ends: the cyclic GC would rescan
     # the whole snapshot many times (2/3 of the build time at 140k pods), so it is paused for the cycle.
     was_enabled = gc.isenabled()

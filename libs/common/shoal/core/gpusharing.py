@@ -36,7 +36,9 @@ def has_fitting_group(node: NodeState, share: int) -> bool:
     return False
 
 
-def fraction_fit(node: NodeState, share: int, devices: int, spread: bool) -> tuple[int, bool, bool, int] | None:
+def fraction_fit(
+    node: NodeState, share: int, devices: int, spread: bool
+) -> tuple[int, bool, bool, int] | None:
     """Cheap twin of `pick_groups` for the node search, without building ids.
 
     Returns (new groups opened, pipelined, has an existing fitting group, free milli on the node's GPUs)

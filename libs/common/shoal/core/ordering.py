@@ -147,7 +147,9 @@ class JobQueue:
             if got is None:
                 continue
             if best is None or (
-                self.policy.queue_compare(share, best[2], self._request(got[1]), self._request(best[1]), self.total)
+                self.policy.queue_compare(
+                    share, best[2], self._request(got[1]), self._request(best[1]), self.total
+                )
                 == LEFT_FIRST
             ):
                 best = (got[0], got[1], share)

@@ -121,7 +121,15 @@ def static_signature(task: Task) -> tuple:
 
 
 def request_signature(task: Task) -> tuple:
-    return (static_signature(task), task.cpu, task.mem, task.gpus, task.frac_milli, task.frac_mem, task.devices)
+    return (
+        static_signature(task),
+        task.cpu,
+        task.mem,
+        task.gpus,
+        task.frac_milli,
+        task.frac_mem,
+        task.devices,
+    )
 
 
 class NodeFilter:

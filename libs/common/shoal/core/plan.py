@@ -78,7 +78,9 @@ class SetCondition(Op, tag="SetCondition"):
     """schedulingConditions[0] = UnschedulableOnNodePool / Unschedulable with this message and reasons."""
 
     pod_group: str
-    reason: str  # the first reason (OverLimit, NonPreemptibleOverQuota, QueueDoesNotExist, PodSchedulingErrors…)
+    reason: (
+        str  # the first reason (OverLimit, NonPreemptibleOverQuota, QueueDoesNotExist, PodSchedulingErrors…)
+    )
     message: str
     reasons: tuple[ConditionReason, ...] = ()
     node_pool: str = ""
@@ -109,7 +111,9 @@ class Annotate(Op, tag="Annotate"):
     value: str
 
 
-PlanOp = Reserve | Bind | Pipeline | Evict | SetCondition | ClearCondition | PodGroupEvent | PodEvent | Annotate
+PlanOp = (
+    Reserve | Bind | Pipeline | Evict | SetCondition | ClearCondition | PodGroupEvent | PodEvent | Annotate
+)
 
 
 class ResourceFigures(msgspec.Struct, frozen=True, kw_only=True):

@@ -54,8 +54,19 @@ class GpuGroup:
 
 class NodeState:
     __slots__ = (
-        "index", "node", "name", "gpu_mem", "idle_cpu", "idle_mem", "idle_gpus", "idle_pods",
-        "rel_cpu", "rel_mem", "rel_gpus", "rel_pods", "groups",
+        "index",
+        "node",
+        "name",
+        "gpu_mem",
+        "idle_cpu",
+        "idle_mem",
+        "idle_gpus",
+        "idle_pods",
+        "rel_cpu",
+        "rel_mem",
+        "rel_gpus",
+        "rel_pods",
+        "groups",
     )
 
     def __init__(self, index: int, node: Node) -> None:
@@ -76,8 +87,23 @@ class NodeState:
 
 class Task:
     __slots__ = (
-        "pod", "job", "key", "status", "node", "groups", "cpu", "mem", "gpus", "frac_milli", "frac_mem",
-        "devices", "gpu_fair", "gpu_limit", "subgroup", "order", "leaf",
+        "pod",
+        "job",
+        "key",
+        "status",
+        "node",
+        "groups",
+        "cpu",
+        "mem",
+        "gpus",
+        "frac_milli",
+        "frac_mem",
+        "devices",
+        "gpu_fair",
+        "gpu_limit",
+        "subgroup",
+        "order",
+        "leaf",
     )
 
     def __init__(self, pod: Pod, job: Job | None) -> None:
@@ -139,7 +165,15 @@ class SubGroupNode:
 
 class Job:
     __slots__ = (
-        "group", "key", "queue", "priority", "preemptible", "tasks", "root", "created", "error",
+        "group",
+        "key",
+        "queue",
+        "priority",
+        "preemptible",
+        "tasks",
+        "root",
+        "created",
+        "error",
         "allocated_at_start",
     )
 
