@@ -373,7 +373,7 @@ async def test_fake_kubelet_catches_up_after_a_restart(
         assert await pod_phase(core, namespace, "during") == "Pending"
         start_process(tmp_path, spec, tie_to_parent=True)
         await eventually(
-            lambda: _is(core, namespace, "during", "Succeeded"), 20, "the restarted kubelet to catch up"
+            lambda: _is(core, namespace, "during", "Succeeded"), 30, "the restarted kubelet to catch up"
         )
     finally:
         stop_process(tmp_path, "fakekubelet")

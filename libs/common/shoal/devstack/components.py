@@ -12,7 +12,7 @@ from pathlib import Path
 
 from shoal.devstack import paths
 from shoal.devstack.pki import Pki
-from shoal.devstack.procs import ProcessSpec, port_open
+from shoal.devstack.procs import ProcessSpec, port_open, read_pid
 
 KAFKA_JVM_OPTS = [
     "-Xms256m",
@@ -284,9 +284,18 @@ def fake_kubelet(state: Path, kubeconfig: Path, delete_delay_s: float) -> Proces
             str(ready_file),
         ],
         env={"PYTHONUNBUFFERED": "1"},
-        ready=ready_file.exists,
+        ready=lambda: _ready_file_is_current(state, ready_file),
         ready_timeout_s=120,
     )
+
+
+def _ready_file_is_current(state: Path, ready_file: Path) -> bool:
+    """The fake kubelet writes its pid into the ready file: it is ready when that pid is the recorded one."""
+    found = read_pid(state, "fakekubelet")
+    try:
+        return found is not None and int(ready_file.read_text().strip() or 0) == found[0]
+    except (OSError, ValueError):
+        return False
 
 
 def probe(name: str, state: Path, port: int | None) -> bool | None:
@@ -300,7 +309,7 @@ def probe(name: str, state: Path, port: int | None) -> bool | None:
         ),
         "kafka": lambda: port_open(port or 0),
         "redis": lambda: _redis_ping(port or 0),
-        "fakekubelet": lambda: (state / "fakekubelet.ready").exists(),
+        "fakekubelet": lambda: _ready_file_is_current(state, state / "fakekubelet.ready"),
     }
     check = checks.get(name)
     if check is None or (port is None and name != "fakekubelet"):

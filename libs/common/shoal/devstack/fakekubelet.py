@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import datetime as dt
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -279,7 +280,7 @@ async def serve(
         await pods_ready.wait()
         log.info("ready: %d fake nodes, %d bound pods", len(kubelet.nodes), len(kubelet.pods))
         if ready_file:
-            Path(ready_file).write_text("ready\n")
+            Path(ready_file).write_text(f"{os.getpid()}\n")  # names this process: a stale file is no signal
         await asyncio.gather(*tasks)
 
 
@@ -292,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         "--delete-delay", type=float, default=1.0, help="max seconds before a graceful delete ends"
     )
     parser.add_argument("--concurrency", type=int, default=32, help="status patches in flight at once")
-    parser.add_argument("--ready-file", help="written once the first list of nodes and pods is done")
+    parser.add_argument(
+        "--ready-file", help="gets this process's pid once the first list of nodes and pods is done"
+    )
     parser.add_argument(
         "--node-selector",
         default=f"{FAKE_NODE_LABEL}=true",
