@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 import msgspec
 from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
 from shoal.adapters.redis_client import redis_call
+from shoal.settings import PositiveFloat, PositiveInt, Section
 from shoal.usage import (
     Bucket,
     Sample,
@@ -133,3 +135,49 @@ class UsageHistory:
         keys += [redis_keys.usage_bucket(shard, int(float(s))) for s in starts]
         await redis_call("usage_clear", lambda: self.redis.delete(*keys))
         self._cache.pop(shard, None)
+
+
+class UsageSource(Protocol):
+    async def usage(self, shard: str, *, now_s: float, fresh: bool = False) -> dict[str, dict[str, float]]: ...
+
+
+class UsageSettings(Section, frozen=True, kw_only=True):
+    """Time-based fair share (SHOAL_USAGE_*): where usage comes from and how history is kept and weighed.
+    With the Redis source the parameters the fairshare service recorded are used by every reader."""
+
+    enabled: bool = True
+    source: Literal["redis", "prometheus"] = "redis"
+    bucket_s: PositiveInt = 300
+    window_s: PositiveInt = 7 * 24 * 3600
+    half_life_s: int = 0
+    window_type: Literal["sliding", "tumbling"] = "sliding"
+    tumbling_start_s: int = 0
+    refresh_s: PositiveFloat = 10.0  # how often the usage is re-read
+    prometheus_url: str = ""
+    prometheus_allocation_query: str = ""  # default: shoal.adapters.prometheus_usage.ALLOCATION_QUERY
+    prometheus_capacity_query: str = ""  # default: shoal.adapters.prometheus_usage.CAPACITY_QUERY
+    prometheus_timeout_s: PositiveFloat = 10.0
+
+    def params(self) -> UsageParams:
+        return UsageParams(bucket_s=self.bucket_s, window_s=self.window_s, half_life_s=self.half_life_s,
+                           window_type=self.window_type, tumbling_start_s=self.tumbling_start_s)
+
+    def problems(self) -> list[str]:
+        found = [f"SHOAL_USAGE_{p.split(':')[0].upper()}:{p.split(':', 1)[1]}" for p in self.params().problems()]
+        if self.source == "prometheus" and not self.prometheus_url.startswith(("http://", "https://")):
+            found.append("SHOAL_USAGE_PROMETHEUS_URL: an http(s) URL is required when the source is prometheus")
+        return found
+
+
+def usage_source(redis: Redis, settings: UsageSettings) -> UsageSource | None:
+    """The configured source of usage (None when time-based fair share is off)."""
+    if not settings.enabled:
+        return None
+    if settings.source == "prometheus":
+        from shoal.adapters import prometheus_usage as prom
+
+        return prom.PrometheusUsage(settings.prometheus_url, settings.params(),
+                                    allocation_query=settings.prometheus_allocation_query or prom.ALLOCATION_QUERY,
+                                    capacity_query=settings.prometheus_capacity_query or prom.CAPACITY_QUERY,
+                                    timeout_s=settings.prometheus_timeout_s, refresh_s=settings.refresh_s)
+    return UsageHistory(redis, refresh_s=settings.refresh_s)
