@@ -28,6 +28,7 @@ class SnapshotterSettings(ServiceSettings, frozen=True, kw_only=True):
     shard_prefix: str = ""  # only node pools whose name starts with this (several Shoals on one cluster)
     period_s: float = 1.0
     heartbeat_s: float = 10.0
+    require_podgroup: bool = True  # pending pods wait for their PodGroup (the podgrouper service makes it)
 
 
 SNAPSHOTTER = web.AppKey("snapshotter", Snapshotter)
@@ -55,7 +56,7 @@ def build(settings: SnapshotterSettings) -> web.Application:
                 mirror=mirror, store=SnapshotStore(redis, ClusterSnapshot, retain_s=settings.redis.snapshot_retain_s),
                 inflight=InFlight(redis), bus=bus, metrics=metrics, scheduler_name=settings.scheduler_name,
                 shards=settings.shards, shard_prefix=settings.shard_prefix, period_s=settings.period_s, heartbeat_s=settings.heartbeat_s,
-                topic_prefix=prefix)
+                topic_prefix=prefix, require_podgroup=settings.require_podgroup)
             app[MIRROR] = mirror
             readiness.add("synced", mirror.synced)
             yield

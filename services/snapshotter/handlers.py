@@ -47,6 +47,7 @@ class Snapshotter:
     period_s: float = 1.0
     heartbeat_s: float = 10.0
     topic_prefix: str = ""
+    require_podgroup: bool = False
     dirty: asyncio.Event = field(default_factory=asyncio.Event)
     revisions: dict[str, int] = field(default_factory=dict)
 
@@ -91,7 +92,9 @@ class Snapshotter:
         revision = await self._next_revision(shard)
         snap = ClusterSnapshot(shard=shard, revision=revision,
                                taken_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                               objects=tuple(shard_objects(objects, shard, self.scheduler_name)), inflight=live)
+                               objects=tuple(shard_objects(objects, shard, self.scheduler_name,
+                                                            require_podgroup=self.require_podgroup)),
+                               inflight=live)
         if not await self.store.publish(shard, revision, snap):
             self.revisions.pop(shard, None)  # someone else is ahead (another replica): re-read next time
             return

@@ -6,6 +6,10 @@ trimmed to what the scheduling core reads, so a snapshot can be dumped and repla
 without the label belong to the `default` shard); pods and PodGroups by the same label; queues,
 priority classes, topologies and PDBs are cluster-wide and go to every shard. Pods of other
 schedulers count only when they are bound to one of the shard's nodes (they use its resources).
+With `require_podgroup` (the services' default) a pending pod waits until it names an existing PodGroup
+(`pod-group-name`, written by the podgrouper service), as in KAI: the snapshot holds no Jobs or other
+owners, so grouping such a pod in the core would give it a minMember-1 group of its own and bind one
+member of a gang alone.
 """
 
 from __future__ import annotations
@@ -56,17 +60,19 @@ def shard_of(obj: Mapping) -> str:
     return labels.get(POOL_LABEL) or DEFAULT_SHARD
 
 
-def shard_objects(objects: Iterable[Mapping], shard: str, scheduler_name: str) -> list[dict]:
+def shard_objects(objects: Iterable[Mapping], shard: str, scheduler_name: str, *,
+                  require_podgroup: bool = False) -> list[dict]:
     """The trimmed objects of one shard, sorted by (kind, namespace, name) for a stable snapshot."""
     objects = list(objects)
     nodes = {o["metadata"]["name"] for o in objects if o.get("kind") == "Node" and shard_of(o) == shard}
+    groups = ({_key(o) for o in objects if o.get("kind") == "PodGroup"} if require_podgroup else None)
     out = []
     for obj in objects:
         kind = obj.get("kind")
         if kind == "Node":
             keep = obj["metadata"]["name"] in nodes
         elif kind == "Pod":
-            keep = _pod_in_shard(obj, shard, nodes, scheduler_name)
+            keep = _pod_in_shard(obj, shard, nodes, scheduler_name, groups)
         elif kind == "PodGroup":
             keep = shard_of(obj) == shard
         else:
@@ -77,7 +83,13 @@ def shard_objects(objects: Iterable[Mapping], shard: str, scheduler_name: str) -
     return out
 
 
-def _pod_in_shard(pod: Mapping, shard: str, nodes: set[str], scheduler_name: str) -> bool:
+def _key(obj: Mapping) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def _pod_in_shard(pod: Mapping, shard: str, nodes: set[str], scheduler_name: str,
+                  groups: set[str] | None = None) -> bool:
     spec = pod.get("spec") or {}
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
@@ -85,7 +97,13 @@ def _pod_in_shard(pod: Mapping, shard: str, nodes: set[str], scheduler_name: str
     node = spec.get("nodeName")
     if node:
         return node in nodes
-    return spec.get("schedulerName") == scheduler_name and shard_of(pod) == shard
+    if spec.get("schedulerName") != scheduler_name or shard_of(pod) != shard:
+        return False
+    if groups is None:
+        return True
+    meta = pod.get("metadata") or {}
+    named = (meta.get("annotations") or {}).get("pod-group-name")
+    return bool(named) and f"{meta.get('namespace') or 'default'}/{named}" in groups
 
 
 def shards_of(objects: Iterable[Mapping]) -> list[str]:

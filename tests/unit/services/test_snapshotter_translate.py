@@ -39,3 +39,18 @@ def test_shards_split_by_node_pool_label():
     assert names == [("Node", "a1"), ("Pod", "other-sched-on-a"), ("Pod", "pa"), ("Queue", "q")]
     default = [o["metadata"]["name"] for o in shard_objects(objs, "default", "shoal-scheduler")]
     assert default == ["d1", "pd", "q"]
+
+
+def test_with_require_podgroup_a_pending_pod_waits_for_its_podgroup():
+    grouped = pod("grouped", pool="a")
+    grouped["metadata"]["annotations"] = {"pod-group-name": "pg"}
+    named_missing = pod("named-missing", pool="a")
+    named_missing["metadata"]["annotations"] = {"pod-group-name": "not-yet"}
+    objs = [node("a1", "a"), grouped, named_missing, pod("ungrouped", pool="a"),
+            pod("bound-ungrouped", node="a1", pool="a"),
+            {"kind": "PodGroup", "apiVersion": "scheduling.run.ai/v2alpha2",
+             "metadata": {"name": "pg", "namespace": "ns", "labels": {"kai.scheduler/node-pool": "a"}}}]
+    names = [o["metadata"]["name"] for o in shard_objects(objs, "a", "shoal-scheduler", require_podgroup=True)]
+    assert names == ["a1", "bound-ungrouped", "grouped", "pg"]
+    everything = [o["metadata"]["name"] for o in shard_objects(objs, "a", "shoal-scheduler")]
+    assert everything == ["a1", "bound-ungrouped", "grouped", "named-missing", "ungrouped", "pg"]
