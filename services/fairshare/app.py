@@ -12,32 +12,12 @@ from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
 from shoal.adapters.redis_client import connect_redis, redis_ready
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
-from shoal.adapters.usage_history import UsageHistory
+from shoal.adapters.usage_history import UsageHistory, UsageSettings, usage_source
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
 from shoal.metrics import Metrics
-from shoal.settings import PositiveFloat, PositiveInt, Section, ServiceSettings
-from shoal.usage import UsageParams
-
-
-class UsageSettings(Section, frozen=True, kw_only=True):
-    """Allocation history for time-based fair share (SHOAL_USAGE_*); recorded with the history in Redis."""
-
-    enabled: bool = True
-    bucket_s: PositiveInt = 300
-    window_s: PositiveInt = 7 * 24 * 3600
-    half_life_s: int = 0
-    window_type: str = "sliding"  # sliding | tumbling
-    tumbling_start_s: int = 0
-    refresh_s: PositiveFloat = 10.0  # how often the usage is re-read from the history
-
-    def params(self) -> UsageParams:
-        return UsageParams(bucket_s=self.bucket_s, window_s=self.window_s, half_life_s=self.half_life_s,
-                           window_type=self.window_type, tumbling_start_s=self.tumbling_start_s)
-
-    def problems(self) -> list[str]:
-        return [f"SHOAL_USAGE_{p.split(':')[0].upper()}:{p.split(':', 1)[1]}" for p in self.params().problems()]
+from shoal.settings import ServiceSettings
 
 
 class FairShareSettings(ServiceSettings, frozen=True, kw_only=True):
@@ -65,7 +45,9 @@ def build(settings: FairShareSettings) -> web.Application:
                                 bus=bus, metrics=metrics, topic_prefix=prefix,
                                 history=UsageHistory(redis, refresh_s=settings.usage.refresh_s)
                                 if settings.usage.enabled else None,
-                                usage_params=settings.usage.params())
+                                usage_params=settings.usage.params(),
+                                usage_source=usage_source(redis, settings.usage)
+                                if settings.usage.source != "redis" else None)
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=SnapshotPublished, handler=service.on_snapshot, metrics=metrics)
             app[CONSUMER] = consumer

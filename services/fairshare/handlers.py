@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
-from shoal.adapters.usage_history import UsageHistory
+from shoal.adapters.usage_history import UsageHistory, UsageSource
 from shoal.core.context import Context
 from shoal.core.cycle import queue_figures
 from shoal.core.ingest import snapshot_from_objects
@@ -36,8 +36,9 @@ class FairShare:
     bus: Publisher
     metrics: Metrics
     topic_prefix: str = ""
-    history: UsageHistory | None = None  # None: no time-based fair share
+    history: UsageHistory | None = None  # where samples are recorded; None: no time-based fair share
     usage_params: UsageParams = UsageParams()
+    usage_source: UsageSource | None = None  # where usage is read (Prometheus); None: `history`
     last: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -47,6 +48,8 @@ class FairShare:
                                             ["shard", "queue", "resource"])
         self._allocated = self.metrics.gauge("queue_allocated", "Allocated per queue and resource.",
                                              ["shard", "queue", "resource"])
+        self._capacity = self.metrics.gauge("shard_capacity", "Capacity of the shard per resource (GPUs, CPU "
+                                            "cores, memory bytes).", ["shard", "resource"])
         self._usage = self.metrics.gauge("queue_usage", "Normalised historical usage (0..1) per queue and "
                                          "resource, from the allocation history.", ["shard", "queue", "resource"])
 
@@ -58,19 +61,22 @@ class FairShare:
         if latest is None or latest.revision <= self.last.get(shard, -1):
             return
         at_s = epoch_seconds(latest.value.taken_at)
-        usage = await self.history.usage(shard, now_s=at_s) if self.history is not None else {}
+        source = self.usage_source or self.history
+        usage = await source.usage(shard, now_s=at_s) if source is not None else {}
         result = snapshot_from_objects(latest.value.objects, now=latest.value.taken_at, revision=latest.revision,
                                        config_doc=with_usage(None, usage))
         ctx = Context(Session(result.snapshot))
         figures = tuple(queue_figures(ctx))
+        capacity = {"gpu": ctx.total.gpu_milli, "cpu": ctx.total.cpu_milli, "memory": ctx.total.memory_bytes}
         if self.history is not None:
-            capacity = {"gpu": ctx.total.gpu_milli, "cpu": ctx.total.cpu_milli, "memory": ctx.total.memory_bytes}
             await self.history.record(shard, sample_of(at_s, capacity, figures), self.usage_params)
         computed = FairShareComputed(meta=new_meta("fairshare", revision=latest.revision), shard=shard,
                                      revision=latest.revision, queues=figures)
         await self.results.put(shard, latest.revision, computed)
         await self.bus.publish(topics.FAIRSHARE.full(self.topic_prefix), computed, key=shard)
         self.last[shard] = latest.revision
+        for res, scale in _RESOURCES:
+            self._capacity.labels(shard, res).set(capacity[res] / scale)
         for q in figures:
             for res, scale in _RESOURCES:
                 f = getattr(q, res)
