@@ -13,7 +13,7 @@ from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
 from shoal.adapters.redis_client import connect_redis, redis_ready
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
-from shoal.adapters.usage_history import UsageHistory
+from shoal.adapters.usage_history import UsageSettings, usage_source
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
@@ -27,6 +27,7 @@ class PlannerSettings(ServiceSettings, frozen=True, kw_only=True):
     fairshare_stale_revisions: int = 5
     scheduler_config: str | None = None  # path of a SchedulerConfig YAML document
     group_id: str = "shoal-planner"
+    usage: UsageSettings = UsageSettings()  # time-based fair share source (SHOAL_USAGE_*)
 
 
 CONSUMER = web.AppKey("consumer", Consumer)
@@ -51,7 +52,7 @@ def build(settings: PlannerSettings) -> web.Application:
                 inflight=InFlight(redis), bus=bus, metrics=metrics, topic_prefix=prefix,
                 inflight_ttl_s=settings.inflight_ttl_s,
                 fairshare_stale_revisions=settings.fairshare_stale_revisions,
-                config_doc=load_config_doc(settings.scheduler_config), history=UsageHistory(redis))
+                config_doc=load_config_doc(settings.scheduler_config), history=usage_source(redis, settings.usage))
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=SnapshotPublished, handler=planner.on_snapshot, metrics=metrics)
             app[CONSUMER] = consumer

@@ -15,7 +15,7 @@ from services.planner.translate import decisions, inflight_entries, overlay_infl
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
-from shoal.adapters.usage_history import UsageHistory
+from shoal.adapters.usage_history import UsageSource
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest import snapshot_from_objects
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
@@ -42,7 +42,7 @@ class Planner:
     inflight_ttl_s: float = 60.0
     fairshare_stale_revisions: int = 5
     config_doc: dict | None = None
-    history: UsageHistory | None = None  # the allocation history: time-based fair share (SPEC §2.7)
+    history: UsageSource | None = None  # the allocation history: time-based fair share (SPEC §2.7)
     last_planned: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
