@@ -364,7 +364,7 @@ async def test_fake_kubelet_catches_up_after_a_restart(
     start_process(tmp_path, spec, tie_to_parent=True)
     try:
         await eventually(
-            lambda: _is(core, namespace, "before", "Running"), 15, "the first list to run the pod"
+            lambda: _is(core, namespace, "before", "Running"), 30, "the first list to run the pod"
         )
         stop_process(tmp_path, "fakekubelet")
         await core.create_namespaced_pod(namespace, pod_body("during", annotations={RUN_SECONDS: "1"}))
