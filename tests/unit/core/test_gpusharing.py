@@ -146,3 +146,34 @@ def test_reservation_pods_rebuild_empty_groups():
     assert b.gpu_groups == ("g9",) and r.reserves() == []  # joins the reserved GPU, no second reservation
     s = Session(snap)
     assert s.node_by_name["n1"].idle_gpus == 0 and "g9" in s.node_by_name["n1"].groups
+
+
+def test_fraction_pipelined_onto_releasing_portion_and_followers_stay_pipelined():
+    leaving = job(
+        "old",
+        pods=[
+            pod("old-0", fraction=0.75, node_name="n1", gpu_groups=("g1",), deleting=True),
+            pod("old-1", fraction=0.25, node_name="n1", gpu_groups=("g1",)),
+        ],
+    )
+    snap = cluster(
+        nodes=[node("n1", gpus=1)],
+        queues=[queue("q")],
+        jobs=[leaving, job("new", pods=2, fraction=0.5, created=5)],
+    )
+    r = schedule(snap)
+    assert r.bound() == {}
+    assert r.pipelined() == {"new-0": "n1"}  # 0.5 fits only with the releasing 0.75 of g1
+    assert r.reserves() == []
+
+
+def test_group_opened_on_a_releasing_gpu_is_joined_only_by_pipelining():
+    leaving = job("old", pods=[pod("old-0", gpus=1, node_name="n1", deleting=True)])
+    snap = cluster(
+        nodes=[node("n1", gpus=1)],
+        queues=[queue("q")],
+        jobs=[leaving, job("new", pods=2, fraction=0.25, created=5)],
+    )
+    r = schedule(snap)
+    assert r.bound() == {} and r.reserves() == []
+    assert r.pipelined() == {"new-0": "n1", "new-1": "n1"}
