@@ -148,7 +148,7 @@ def build_plan(ctx: Context) -> Plan:
         if out is not None and out.reasons:
             first = out.reasons[-1:]  # the last attempt's verdict
             message = reasons.condition_message([(r, m) for r, m, _ in first])
-            if not active and job.group.mark_unschedulable is not False:
+            if not active:  # markUnschedulable governs the pods' PodScheduled condition (binder), not this
                 status.append(
                     SetCondition(
                         pod_group=key,
