@@ -196,7 +196,7 @@ async def explain(kube: k.Kube, fair_shares: LatestValue[FairShareComputed] | No
     pod = await _get(kube, k.PODS, name, namespace)
     pg_name = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(POD_GROUP_ANNOTATION) if pod else name
     pod_group = await _get(kube, k.PODGROUPS, pg_name, namespace) if pg_name else None
-    if pod is None and pod_group is None and decisions_for is not None:  # a gone pod: its group from decisions
+    if pod_group is None and decisions_for is not None:  # a gone (or not yet annotated) pod: group from decisions
         groups = [str((d.get("data") or {}).get("podGroup", "")) for d in decisions_for([subject])]
         ns_pg = next((g for g in reversed(groups) if g.startswith(f"{namespace}/")), "")
         if ns_pg:
