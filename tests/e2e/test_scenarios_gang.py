@@ -13,6 +13,7 @@ from scenario_helpers import (
     conditions_now,
     create,
     decision_events,
+    events,
     job,
     node_of,
     pods,
@@ -140,9 +141,15 @@ async def test_s3_gang_not_ready_gets_only_a_not_ready_event(shoal, stack, kube,
     members = await job_pods(kube, namespace, "train", 2)
     group = next(iter(members.values()))["metadata"]["annotations"]["pod-group-name"]
 
-    (event, *_) = await wait_events(kube, namespace, kind="PodGroup", name=group, reason="NotReady")
+    expected = "Job is not ready for scheduling. Waiting for 3 pods, currently 2 exist, 0 are gated"
+
+    async def not_ready_event():
+        # while the podgrouper annotates the pods one by one an earlier event may say "currently 1 exist"
+        found = await events(kube, namespace, kind="PodGroup", name=group, reason="NotReady")
+        return [e for e in found if e["message"] == expected]
+
+    (event, *_) = await eventually(not_ready_event, timeout_s=60, what=f"a NotReady event: {expected}")
     assert event["type"] == "Normal"
-    assert event["message"] == "Job is not ready for scheduling. Waiting for 3 pods, currently 2 exist, 0 are gated"
 
     async def untouched():
         now = await pods(kube, namespace, "train-")
