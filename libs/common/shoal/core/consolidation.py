@@ -64,8 +64,10 @@ def victim_chunks(ctx: Context, job: Job, pool: VictimPool) -> list[Chunk]:
     return out
 
 
-def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool) -> bool:
-    if fair_request(tasks).gpu_milli > allocatable_gpu_milli(ctx):
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool, free: list[int]) -> bool:
+    if free[0] != len(ctx.session.dirty):  # recount only after the nodes changed
+        free[0], free[1] = len(ctx.session.dirty), allocatable_gpu_milli(ctx)
+    if fair_request(tasks).gpu_milli > free[1]:
         return False
     chunks = victim_chunks(ctx, job, pool)
     if not chunks:
@@ -84,6 +86,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         return
     budget = Budget(ctx, NAME)
     pool = VictimPool(ctx.session.jobs, ctx.shares)
+    free = [-1, 0]  # [dirty-log length when counted, idle + releasing milli-GPUs]
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
     for job in preemptor_candidates(ctx):
         if job.preemptible:
@@ -99,5 +102,5 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
             continue
         if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is not None:
             continue
-        if not attempt(ctx, job, tasks, budget, pool) and budget.exhausted:
+        if not attempt(ctx, job, tasks, budget, pool, free) and budget.exhausted:
             ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))

@@ -53,8 +53,8 @@ def preempt_min_runtime(session: Session, victim: Job) -> int:
     return session.config.preempt_min_runtime_s if got is None else got
 
 
-def reclaim_min_runtime(session: Session, reclaimer_queue: str, victim: Job) -> int:
-    victim_queue = session.queues.get(victim.queue)
+def reclaim_min_runtime(session: Session, reclaimer_queue: str, victim_queue_name: str) -> int:
+    victim_queue = session.queues.get(victim_queue_name)
     start = victim_queue
     if session.config.reclaim_resolve_method != "queue" and victim_queue is not None:
         reclaimer = session.queues.get(reclaimer_queue)

@@ -61,7 +61,7 @@ def level_streams(ctx: Context, job: Job, request: Resources, before: dict[str, 
     session, shares = ctx.session, ctx.shares
     groups: dict[str, list[str]] = {}
     for name in sorted(pool.by_queue):
-        if name == job.queue:
+        if name == job.queue or not pool.by_queue[name]:
             continue
         level = reclaimable.leveled(shares, job.queue, name)
         if level is None or not reclaimable.victim_allowed(shares, before, level, request):
@@ -69,7 +69,7 @@ def level_streams(ctx: Context, job: Job, request: Resources, before: dict[str, 
         groups.setdefault(level[1], []).append(name)
     out = {}
     for level_name, names in groups.items():
-        runtimes = {n: reclaim_min_runtime(session, job.queue, pool.by_queue[n][0][1]) for n in names}
+        runtimes = {n: reclaim_min_runtime(session, job.queue, n) for n in names}
 
         def protected(victim: Job, runtimes=runtimes) -> bool:
             return is_protected(session, victim, runtimes[victim.queue])

@@ -26,7 +26,7 @@ from shoal.core.context import Context
 from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_LAST_EVICTION
 from shoal.core.ordering import DEFAULT_POLICY, Policy, is_satisfied
-from shoal.core.placement import find_node
+from shoal.core.placement import find_node, static_signature
 from shoal.core.plan import Annotate
 from shoal.core.session import GATED, PENDING, Job, NodeState, SubGroupNode, Task
 from shoal.core.statement import Op
@@ -49,6 +49,7 @@ class Budget:
         self.left = max(ctx.session.config.victim_budget, 0)
         self.spent = 0
         self.exhausted = False
+        self.free = FreeGpus(ctx)
 
     def spend(self) -> bool:
         if self.left <= 0:
@@ -132,9 +133,22 @@ def _fits_node(ns: NodeState, task: Task) -> bool:
     )
 
 
-def _free_gpus(ctx: Context, tasks: list[Task]) -> int:
-    cands, _ = ctx.nodes.candidates(tasks[0])
-    return sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in cands)
+class FreeGpus:
+    """Idle + releasing GPUs over a task's candidate nodes, recomputed only after the nodes changed
+    (the session's dirty-node log grew) or for another constraint signature."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.key: tuple | None = None
+        self.value = 0
+
+    def of(self, task: Task) -> int:
+        key = (len(self.ctx.session.dirty), static_signature(task))
+        if key != self.key:
+            cands, _ = self.ctx.nodes.candidates(task)
+            self.value = sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in cands)
+            self.key = key
+        return self.value
 
 
 Accept = Callable[[list[Chunk]], bool]
@@ -183,7 +197,7 @@ def solve(
     by = job.key
     whole_gpus = all(not t.is_fraction for t in tasks)
     need_gpus = sum(t.gpus for t in tasks)
-    free = _free_gpus(ctx, tasks) if whole_gpus and tasks else 0
+    free = budget.free.of(tasks[0]) if whole_gpus and tasks else 0
     taken: list[Chunk] = []
     failed_once = False
     for chunk in chunks:

@@ -74,6 +74,10 @@ def run(ctx: Context) -> None:
     for key in sorted(session.jobs):
         job = session.jobs[key]
         group = job.group
+        if not job.root.children and not group.stale_timestamp:  # fast path: plain gangs, not stamped
+            active = sum(1 for t in job.tasks if t.status in ACTIVE or t.status == RELEASING)
+            if active == 0 or active >= job.root.min_member:
+                continue
         short = short_leaves(job)
         stale = bool(short) and _active(job.root) > 0 and key not in completing
         if not stale:

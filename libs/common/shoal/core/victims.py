@@ -54,15 +54,6 @@ def is_victim_candidate(job: Job) -> bool:
     return running
 
 
-def victim_job_key(job: Job) -> tuple:
-    g = job.group
-    return (job.priority, -elastic_state(job), -job.created, _desc(g.uid), _desc(g.name))
-
-
-def _desc(text: str) -> tuple[int, ...]:
-    return tuple(-ord(ch) for ch in text) + (1,)
-
-
 def _leaves(node: SubGroupNode) -> list[SubGroupNode]:
     if node.is_leaf:
         return [node]
@@ -111,17 +102,28 @@ class VictimPool:
     """
 
     def __init__(self, jobs: dict[str, Job], queues: set[str] | dict) -> None:
-        self.by_queue: dict[str, list[tuple[tuple, Job]]] = {}
-        for key in sorted(jobs):
-            job = jobs[key]
-            if job.queue in queues and is_victim_candidate(job):
-                self.by_queue.setdefault(job.queue, []).append((victim_job_key(job), job))
-        for entries in self.by_queue.values():
-            entries.sort(key=lambda e: e[0])
+        self.by_queue: dict[str, list[tuple[int, Job]]] = {}
+        found = [job for job in jobs.values() if job.queue in queues and is_victim_candidate(job)]
+        # victim order without building reversed strings: ties (uid, name) descending, then a stable
+        # sort on the primary key (priority, above-min first, newest first)
+        found.sort(key=lambda j: (j.group.uid, j.group.name), reverse=True)
+        found.sort(key=lambda j: (j.priority, -elastic_state(j), -j.created))
+        for rank, job in enumerate(found):
+            self.by_queue.setdefault(job.queue, []).append((rank, job))
 
     def jobs(self, queues: list[str]) -> Iterator[Job]:
         """Candidate jobs of `queues` merged in victim order, still candidates now."""
-        lists = [self.by_queue[q] for q in sorted(queues) if q in self.by_queue]
+        lists = []
+        for q in sorted(queues):
+            entries = self.by_queue.get(q)
+            if not entries:
+                continue
+            gone = 0  # jobs already taken in this action stay out of it: drop them from the front
+            while gone < len(entries) and not is_victim_candidate(entries[gone][1]):
+                gone += 1
+            if gone:
+                del entries[:gone]
+            lists.append(entries)
         for _, job in heapq.merge(*lists, key=lambda e: e[0]):
             if is_victim_candidate(job):
                 yield job
