@@ -13,7 +13,7 @@ from msgspec import Meta
 
 from services.admission import registration
 from services.admission.certs import TlsFiles, self_signed
-from services.admission.handlers import Admission, RuntimeClassLookup
+from services.admission.handlers import Admission, PodEvents, RuntimeClassLookup
 from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, build_app
 from shoal.logging import get_logger
@@ -52,6 +52,7 @@ class AdmissionSettings(ServiceSettings, frozen=True, kw_only=True):
     scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
     gpu_sharing: bool = True  # SHOAL_GPU_SHARING: false rejects every fraction pod (KAI's default)
     runtime_class: str = "nvidia"  # SHOAL_RUNTIME_CLASS: injected into fraction pods if it exists; "none" disables
+    pod_events: bool = True  # SHOAL_POD_EVENTS: also a Warning event on a pod whose runtimeClass was skipped
     webhook: WebhookSettings = WebhookSettings()
 
     @property
@@ -85,7 +86,8 @@ def build(settings: AdmissionSettings) -> web.Application:
 
         admission = Admission(metrics=metrics, runtime_class_exists=RuntimeClassLookup(kube),
                               list_queues=list_queues, gpu_sharing=settings.gpu_sharing,
-                              runtime_class=settings.injected_runtime_class, scheduler_names=settings.scheduler_names)
+                              runtime_class=settings.injected_runtime_class, scheduler_names=settings.scheduler_names,
+                              pod_warning=PodEvents(kube) if settings.pod_events else None)
         webhooks = web.Application()
         admission.routes(webhooks)
         runner = web.AppRunner(webhooks, handle_signals=False, access_log=None)

@@ -7,6 +7,7 @@ safe answer (no runtimeClassName injected, with a warning; queue checks against 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -26,6 +27,7 @@ log = get_logger("services.admission")
 
 RuntimeClassExists = Callable[[str], Awaitable[bool | None]]  # None: could not tell
 ListQueues = Callable[[], Awaitable[list[dict]]]
+PodWarning = Callable[[str, str, str, str], Awaitable[None]]  # (namespace, name, generateName, message)
 
 
 def review_response(uid: str, *, allowed: bool, message: str = "", warnings: list[str] | None = None,
@@ -64,7 +66,9 @@ class Admission:
     gpu_sharing: bool = True
     runtime_class: str = "nvidia"
     scheduler_names: tuple[str, ...] = ("shoal-scheduler",)
+    pod_warning: PodWarning | None = None
     _reviews: Any = field(init=False)
+    _tasks: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._reviews = self.metrics.counter("admission_reviews_total", "Admission reviews by hook and outcome.",
@@ -128,6 +132,15 @@ class Admission:
         warnings = list(mutation.warnings)
         if exists is None and warnings:
             warnings = [f"could not read RuntimeClass {self.runtime_class!r}: runtimeClassName not injected"]
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+        name = str(meta.get("name") or review.get("name") or "")
+        generate_name = str(meta.get("generateName") or "")
+        if warnings and self.pod_warning is not None and (name or generate_name) and not review.get("dryRun"):
+            # also as an event on the pod (SPEC §2.8): controllers creating pods do not show admission warnings
+            namespace = str(meta.get("namespace") or review.get("namespace") or "default")
+            task = asyncio.create_task(self.pod_warning(namespace, name, generate_name, warnings[0]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return review_response(uid, allowed=True, warnings=warnings, patch=mutation.patch)
 
     async def validate_queue(self, review: dict, uid: str) -> dict:
@@ -168,3 +181,55 @@ class RuntimeClassLookup:
             return None
         self._cache[name] = (now, exists)
         return exists
+
+
+RUNTIME_CLASS_REASON = "RuntimeClassNotInjected"
+CORE_EVENTS = k.Resource("", "v1", "events", "Event")
+
+
+class PodEvents:
+    """Best-effort Warning events on pods that are being created. Admission answers before the pod is stored
+    and, for `generateName` pods (every controller's), before it has a name: wait for it to appear, then post
+    a core/v1 Event with its uid. Pods of one generateName are taken oldest first, each once (the messages of
+    concurrent reviews are the same, so which review "owns" which pod does not matter)."""
+
+    def __init__(self, kube: k.Kube, *, attempts: int = 20, interval_s: float = 0.5) -> None:
+        self.kube = kube
+        self.attempts = attempts
+        self.interval_s = interval_s
+        self._warned: dict[str, float] = {}  # pod uid → when
+
+    async def _find(self, namespace: str, name: str, generate_name: str) -> dict | None:
+        if name:
+            try:
+                return await self.kube.get(k.PODS, name, namespace=namespace)
+            except NotFoundError:
+                return None
+        items, _ = await self.kube.list(k.PODS, namespace=namespace)
+        candidates = sorted(
+            (p for p in items if (p.get("metadata") or {}).get("generateName") == generate_name
+             and t.is_sharing_request(p) and not (p.get("spec") or {}).get("runtimeClassName")
+             and (p.get("metadata") or {}).get("uid") not in self._warned),
+            key=lambda p: (str(p["metadata"].get("creationTimestamp") or ""), str(p["metadata"].get("name"))))
+        return candidates[0] if candidates else None
+
+    async def __call__(self, namespace: str, name: str, generate_name: str, message: str) -> None:
+        try:
+            for _ in range(self.attempts):
+                pod = await self._find(namespace, name, generate_name)
+                uid = str((pod or {}).get("metadata", {}).get("uid") or "")
+                if pod is not None and uid not in self._warned:
+                    break
+                await asyncio.sleep(self.interval_s)
+            else:
+                return
+            now = time.monotonic()
+            self._warned[uid] = now
+            if len(self._warned) > 10_000:
+                self._warned = {u: at for u, at in self._warned.items() if now - at < 600}
+            if not name:
+                message = message.replace(f"{namespace}/{generate_name}", f"{namespace}/{pod['metadata']['name']}")
+            await self.kube.create(CORE_EVENTS, t.pod_event(pod, RUNTIME_CLASS_REASON, message),
+                                   namespace=namespace)
+        except ShoalError as exc:
+            log.warning("admission_pod_event_failed", pod=f"{namespace}/{name or generate_name}", error=str(exc))

@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 GPU_FRACTION = "gpu-fraction"
 GPU_MEMORY = "gpu-memory"
@@ -288,3 +290,17 @@ def _children_over_parent(parent: str, queues: Mapping[str, Mapping]) -> list[st
             warnings.append(f"child queues of {parent!r} have {resource} quotas summing to {fmt(total)}, more than "
                             f"its quota {fmt(limit)}")
     return warnings
+
+
+def pod_event(pod: Mapping, reason: str, message: str, *, now: str | None = None) -> dict:
+    """A core/v1 Warning event on a pod, from shoal-admission."""
+    now = now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    meta = _map(pod.get("metadata"))
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    digest = hashlib.sha256(f"{namespace}/{name}/{reason}/{now}".encode()).hexdigest()[:10]
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{name[:200]}.{digest}", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
+                               "uid": str(meta.get("uid") or "")},
+            "reason": reason, "message": message[:1024], "type": "Warning",
+            "source": {"component": "shoal-admission"}, "reportingComponent": "shoal-admission",
+            "reportingInstance": "shoal-admission", "firstTimestamp": now, "lastTimestamp": now, "count": 1}

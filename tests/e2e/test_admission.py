@@ -21,10 +21,11 @@ import aiohttp
 import pytest
 from e2e_helpers import eventually
 
-from shoal.adapters.kube import NAMESPACES, PODS, QUEUES, RUNTIME_CLASSES, Kube
+from shoal.adapters.kube import JOBS, NAMESPACES, PODS, QUEUES, RUNTIME_CLASSES, Kube, Resource
 from shoal.errors import NotFoundError, PermanentError
 
 TEST_LABEL = "shoal.io/admission-test"
+CORE_EVENTS = Resource("", "v1", "events", "Event")
 VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
 
@@ -148,6 +149,22 @@ async def test_runtime_class_injected_only_when_it_exists(kube, ns, admission):
     created, warnings = await create(kube, PODS.path(ns), pod("half-a", {"gpu-fraction": "0.5"}))
     assert "runtimeClassName" not in created["spec"], "a RuntimeClass that does not exist must not be injected"
     assert any(f"RuntimeClass '{admission.runtime_class}' does not exist" in w for w in warnings), warnings
+    # pods made by a controller (generateName) never show admission warnings to a user: the event does
+    await kube.create(JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "halfjob"},
+                             "spec": {"backoffLimit": 0, "template": {
+                                 **pod("unused", {"gpu-fraction": "0.5"}),
+                                 "spec": {**pod("x")["spec"], "restartPolicy": "Never"}}}}, namespace=ns)
+
+    async def events_for(prefix: str) -> list[dict]:
+        items, _ = await kube.list(CORE_EVENTS, namespace=ns)
+        return [e for e in items if e.get("reason") == "RuntimeClassNotInjected"
+                and e["involvedObject"]["name"].startswith(prefix)]
+
+    [event] = await eventually(lambda: events_for("half-a"), timeout_s=20, what="a RuntimeClassNotInjected event")
+    assert event["type"] == "Warning" and event["involvedObject"]["uid"] == created["metadata"]["uid"]
+    assert f"RuntimeClass '{admission.runtime_class}' does not exist" in event["message"]
+    [job_event] = await eventually(lambda: events_for("halfjob-"), timeout_s=30, what="the Job pod's event")
+    assert job_event["involvedObject"]["uid"]
     await kube.create(RUNTIME_CLASSES, {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                                         "metadata": {"name": admission.runtime_class}, "handler": "nvidia"})
     try:

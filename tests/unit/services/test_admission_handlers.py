@@ -164,3 +164,50 @@ def test_settings_from_env():
     with pytest.raises(ConfigError) as info:
         load_settings(AdmissionSettings, {"SHOAL_WEBHOOK_TLS_CERT_FILE": "/x", "SHOAL_WEBHOOK_TIMEOUT_S": "99"})
     assert len(info.value.problems) == 2
+
+
+class _Pods:
+    """Just enough of Kube for PodEvents: pods appear after `delay` reads."""
+
+    def __init__(self, pods, delay=1):
+        self.pods, self.delay, self.events = pods, delay, []
+
+    async def get(self, resource, name, *, namespace=None):
+        from shoal.errors import NotFoundError
+
+        self.delay -= 1
+        found = [p for p in self.pods if p["metadata"]["name"] == name]
+        if self.delay >= 0 or not found:
+            raise NotFoundError("not yet", status=404)
+        return found[0]
+
+    async def list(self, resource, *, namespace=None):
+        self.delay -= 1
+        return ([] if self.delay >= 0 else list(self.pods)), "1"
+
+    async def create(self, resource, body, *, namespace=None):
+        self.events.append(body)
+
+
+def _stored(name, uid, generate_name="", created="2026-01-01T00:00:00Z"):
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid, "generateName": generate_name,
+                         "creationTimestamp": created, "annotations": {"gpu-fraction": "0.5"}},
+            "spec": {"schedulerName": "shoal-scheduler"}}
+
+
+async def test_pod_events_for_named_and_generated_pods():
+    from services.admission.handlers import PodEvents
+
+    kube = _Pods([_stored("half", "u0")])
+    await PodEvents(kube, interval_s=0)("ns", "half", "", "RuntimeClass 'nvidia' does not exist … pod ns/half")
+    [event] = kube.events
+    assert event["reason"] == "RuntimeClassNotInjected" and event["involvedObject"]["uid"] == "u0"
+
+    kube = _Pods([_stored("job-b", "u2", "job-", "2026-01-01T00:00:02Z"), _stored("job-a", "u1", "job-")])
+    events = PodEvents(kube, interval_s=0)
+    for _ in range(2):
+        await events("ns", "", "job-", "RuntimeClass 'nvidia' does not exist … pod ns/job-")
+    assert [e["involvedObject"]["uid"] for e in kube.events] == ["u1", "u2"]
+    assert kube.events[0]["message"].endswith("pod ns/job-a")
+    await events("ns", "", "job-", "again")  # nothing left to warn about: gives up quietly
+    assert len(kube.events) == 2
