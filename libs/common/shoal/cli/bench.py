@@ -258,7 +258,8 @@ def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_cou
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (core cycle time on generated clusters)")
-    parser.add_argument("target", choices=["core"], help="what to benchmark")
+    parser.add_argument("target", choices=["core", "reclaim"],
+                        help="what to benchmark (reclaim: shoal.cli.bench_reclaim, sizes default 500,1000)")
     parser.add_argument(
         "--sizes",
         default="100,1000,4000",
@@ -277,6 +278,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.target == "reclaim":  # core II: the reclaim benchmark lives in its own module
+        from shoal.cli.bench_reclaim import run_reclaim
+
+        return run_reclaim(args)
     try:
         sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
     except ValueError:

@@ -94,12 +94,12 @@ def generate(nodes: int, seed: int = 7, pending: int = 400) -> Snapshot:
                          config=ShardConfig(), now=1_800_000_000, revision=1)
 
 
-def bench_one(nodes: int, repeat: int, seed: int, pending: int) -> dict:
+def bench_one(nodes: int, repeat: int, seed: int, pending: int, clock=time.perf_counter) -> dict:
     snap = generate(nodes, seed, pending)
     runs = []
     plan = None
     for _ in range(repeat):
-        plan, t = run_cycle_timed(snap, time.perf_counter)
+        plan, t = run_cycle_timed(snap, clock)
         runs.append(t)
     best = min(runs, key=lambda t: t.action_durations_ms.get("reclaim", 0.0))
     return {
@@ -127,7 +127,8 @@ def run_reclaim(args: argparse.Namespace) -> int:
         print("--sizes: node counts must be positive", file=sys.stderr)
         return 2
     pending = int(getattr(args, "pending", 400) or 400)
-    rows = [bench_one(n, max(1, args.repeat), args.seed, pending) for n in sizes]
+    clock = time.process_time if getattr(args, "clock", "wall") == "cpu" else time.perf_counter
+    rows = [bench_one(n, max(1, args.repeat), args.seed, pending, clock) for n in sizes]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
