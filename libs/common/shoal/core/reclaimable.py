@@ -21,6 +21,14 @@ cycle's fair-share division.
   (b) a reclaimer level queue that ends above deserved may not take a victim queue below
   min(its allocation, its deserved). Together they make a reclaim final: right after it, the victims'
   queues can claim nothing back from the reclaimer (no ping-pong).
+
+Eviction message (`reclaim_message`): "Pod ns/p was preempted by workload ns/<pg>." then, one per line,
+the victim's and the reclaimer's queue at the divergence level: "<queue> uses <alloc> with a quota of
+<deserved>, fair-share of <fair> and queue priority of <prio>." Amounts are rendered for the resources
+the reclaimer asks for, GPU first, then CPU and memory, joined by ", ": "4 GPUs", "0.5 CPU cores",
+"1.61 GB memory" (capacity.humanize: truncated to 3 decimals; an unlimited quota reads "Unlimited
+GPUs"). <alloc> is the queue's allocation when the reclaimer's search starts; <deserved> its raw quota;
+<fair> its fair share; the queue's displayName is used when set.
 """
 
 from __future__ import annotations
