@@ -24,6 +24,7 @@ from shoal.core.solver import (
     Budget,
     budget_message,
     commit,
+    job_signature,
     next_tasks,
     preemptor_candidates,
     solve,
@@ -102,5 +103,12 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
             continue
         if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is not None:
             continue
-        if not attempt(ctx, job, tasks, budget, pool, free) and budget.exhausted:
+        sig = job_signature(job, tasks)
+        if sig in budget.failed:
+            continue
+        if attempt(ctx, job, tasks, budget, pool, free):
+            budget.failed.clear()
+            continue
+        budget.failed.add(sig)
+        if budget.exhausted:
             ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))

@@ -34,6 +34,7 @@ from shoal.core.solver import (
     Budget,
     budget_message,
     commit,
+    job_signature,
     next_tasks,
     preemptor_candidates,
     solve,
@@ -144,9 +145,15 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
             continue
         if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), not job.preemptible) is not None:
             continue
+        sig = job_signature(job, tasks)
+        if sig in budget.failed:
+            continue
         if attempt(ctx, job, tasks, budget, pool):
+            budget.failed.clear()
             if any(t.status == PENDING for t in job.tasks):
                 jq.shares = ctx.shares
                 jq.push(job)
-        elif budget.exhausted:
+        elif not budget.exhausted:
+            budget.failed.add(sig)
+        else:
             ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))

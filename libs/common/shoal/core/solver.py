@@ -26,7 +26,7 @@ from shoal.core.context import Context
 from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_LAST_EVICTION
 from shoal.core.ordering import DEFAULT_POLICY, Policy, is_satisfied
-from shoal.core.placement import find_node, static_signature
+from shoal.core.placement import find_node, request_signature, static_signature
 from shoal.core.plan import Annotate
 from shoal.core.session import GATED, PENDING, Job, NodeState, SubGroupNode, Task
 from shoal.core.statement import Op
@@ -42,13 +42,22 @@ def budget_message(action: str, spent: int) -> str:
     )
 
 
+def job_signature(job: Job, tasks: list[Task]) -> tuple:
+    """KAI's scheduling signature: jobs alike in queue, priority and requests fail alike (§4.1)."""
+    return (job.queue, job.priority, job.preemptible, tuple(sorted(request_signature(t) for t in tasks)))
+
+
 class Budget:
+    """Per action run: the victim budget, counters, the free-GPU gate and the failed-signature memo
+    (a failed search is not repeated for an identical job until something is committed)."""
+
     def __init__(self, ctx: Context, action: str) -> None:
         self.ctx = ctx
         self.action = action
         self.left = max(ctx.session.config.victim_budget, 0)
         self.spent = 0
         self.exhausted = False
+        self.failed: set[tuple] = set()
         self.free = FreeGpus(ctx)
 
     def spend(self) -> bool:
@@ -209,7 +218,7 @@ def solve(
         free += sum(t.gpus for t in chunk.tasks)
         if whole_gpus and free < need_gpus:
             continue
-        if failed_once and whole_gpus and not replace:
+        if failed_once and whole_gpus:
             nodes = [t.node for t in chunk.tasks if t.node is not None]
             if not any(_fits_node(ns, t) for ns in nodes for t in tasks):
                 continue
