@@ -132,3 +132,14 @@ def test_gang_victim_is_evicted_whole():
     victims = [job("gang", queue="q", pods=4, gpus=1, min_member=4, running_on=["n1"] * 4)]
     r = schedule(s23(victims=victims))
     assert evicted(r) == ["gang-0", "gang-1", "gang-2", "gang-3"]
+
+
+def test_queue_depth_per_action_caps_the_jobs_searched():
+    from shoal.core.model import ShardConfig
+
+    snap = s23()
+    fields = {f: getattr(snap, f) for f in snap.__struct_fields__}
+    capped = snap.__class__(**{**fields, "config": ShardConfig(queue_depth_per_action={"preempt": 0})})
+    assert evicted(schedule(capped)) == []
+    one = snap.__class__(**{**fields, "config": ShardConfig(queue_depth_per_action={"preempt": 1})})
+    assert evicted(schedule(one)) == ["train3-0"]

@@ -104,7 +104,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is not None:
             continue
         sig = job_signature(job, tasks)
-        if sig in budget.failed:
+        if sig in budget.failed or not budget.within_depth(job):
             continue
         if attempt(ctx, job, tasks, budget, pool, free):
             budget.failed.clear()

@@ -102,7 +102,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         if not job.preemptible and capacity.check_non_preemptible_quota(ctx.shares, job.queue, limit_request(tasks)):
             continue  # OverLimit is checked inside the scenario, with the victims gone
         sig = job_signature(job, tasks)
-        if sig in budget.failed:
+        if sig in budget.failed or not budget.within_depth(job):
             continue
         if attempt(ctx, job, tasks, budget, pool):
             budget.failed.clear()

@@ -146,7 +146,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), not job.preemptible) is not None:
             continue
         sig = job_signature(job, tasks)
-        if sig in budget.failed:
+        if sig in budget.failed or not budget.within_depth(job):
             continue
         if attempt(ctx, job, tasks, budget, pool):
             budget.failed.clear()

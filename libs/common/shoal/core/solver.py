@@ -58,7 +58,19 @@ class Budget:
         self.spent = 0
         self.exhausted = False
         self.failed: set[tuple] = set()
+        self.depth = ctx.session.config.queue_depth_per_action.get(action)
+        self.tried: dict[str, int] = {}
         self.free = FreeGpus(ctx)
+
+    def within_depth(self, job: Job) -> bool:
+        """queueDepthPerAction: at most that many jobs per leaf queue are searched by this action."""
+        if self.depth is None:
+            return True
+        seen = self.tried.get(job.queue, 0)
+        if seen >= self.depth:
+            return False
+        self.tried[job.queue] = seen + 1
+        return True
 
     def spend(self) -> bool:
         if self.left <= 0:
