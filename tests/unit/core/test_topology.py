@@ -92,3 +92,18 @@ def test_subgroup_constraint_applies_when_the_job_has_none():
     r = schedule(snap)
     assert r.bound() == {}
     assert "couldn't be satisfied" in r.condition("g").message
+
+
+def test_preemptor_with_a_required_rack_is_placed_inside_one_rack():
+    # r1 (rack R1, 2 GPUs) and r2 (rack R2, 2 GPUs) full of train pods; a build gang of 2 requiring a rack
+    nodes = [rack_node("r1", "A", "R1", 2), rack_node("r2", "A", "R2", 2)]
+    trains = [job(f"t{i}", queue="q", pods=1, gpus=1, running_on=[("r1", "r2")[i % 2]], created=i) for i in range(4)]
+    snap = with_topologies(cluster(nodes=nodes, queues=[queue("q", gpu=(2, -1))],
+                                   jobs=trains + [job("g", queue="q", pods=2, gpus=1, min_member=2, topology="t",
+                                                      required_level=RACK, priority_class="build", created=10)]))
+    r = schedule(snap)
+    placed = set(r.pipelined().values()) | set(r.bound().values())
+    assert len(placed) == 1  # both pods in one rack
+    from shoal.core.plan import Evict
+
+    assert len(r.plan.of(Evict)) == 2

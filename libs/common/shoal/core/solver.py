@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from shoal.core import topology
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
 from shoal.core.minruntime import rfc3339
@@ -111,7 +112,23 @@ def next_tasks(job: Job, policy: Policy = DEFAULT_POLICY) -> list[Task]:
 
 
 def place_tasks(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
-    """Place every task (all or nothing) on the statement; the new ops, or None (rolled back)."""
+    """Place every task (all or nothing) on the statement; the new ops, or None (rolled back).
+    A topology-constrained job is placed inside one of its domains (topology.py), tried in order."""
+    if topology.constraint_of(job) is None:
+        return _place_on(ctx, job, tasks)
+    base = ctx.nodes
+    try:
+        for nodes in topology.domain_filters(ctx, job, tasks):
+            ctx.nodes = nodes
+            got = _place_on(ctx, job, tasks)
+            if got is not None:
+                return got
+    finally:
+        ctx.nodes = base
+    return None
+
+
+def _place_on(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
     stmt = ctx.statement
     cp = stmt.checkpoint()
     was_satisfied = is_satisfied(job.root)

@@ -23,7 +23,8 @@ named by its node label or its alias):
 Capacity is counted per node as the number of the job's (first) task that fit in idle + releasing
 resources: whole GPUs, CPU and memory; free capacity of a domain is its idle + releasing GPUs (CPU for
 CPU-only jobs). Subgroup constraints are bounded by the job's: a subgroup's own required level is
-applied when the job has none (its tasks are placed as one unit).
+applied when the job has none (its tasks are placed as one unit). The eviction actions (reclaim,
+preempt, consolidation) place a constrained preemptor through `domain_filters`, in the same order.
 """
 
 from __future__ import annotations
@@ -207,3 +208,23 @@ def allocate_in_domains(ctx: Context, job: Job, tasks: list[Task], allocate_job:
         ctx.nodes = base
         ctx.statement.fail_cache.clear()
     return False
+
+
+def domain_filters(ctx: Context, job: Job, tasks: list[Task]) -> list[NodeFilter]:
+    """The node filters of the domains the job may use now, in order (eviction actions place the
+    preemptor through them); empty when the constraint is invalid or no domain can hold the tasks."""
+    name, required_name, preferred_name = constraint_of(job) or ("", None, None)
+    topology = next((t for t in ctx.session.snapshot.topologies if t.name == name), None)
+    if topology is None or not tasks:
+        return []
+    required = level_index(topology, required_name) if required_name else None
+    preferred = level_index(topology, preferred_name) if preferred_name else None
+    if (required_name and required is None) or (preferred_name and preferred is None):
+        return []
+    low = preferred if preferred is not None else required if required is not None else len(topology.levels) - 1
+    high = required if required is not None else 0
+    domains = _domains(ctx, job, tasks, topology, low, min(high, low), required)
+    if required is None:
+        members = [ns for ns in ctx.nodes.candidates(tasks[0])[0] if _domain(ns, topology, 0) is not None]
+        domains.append((-1, members, ()))
+    return [DomainFilter(ctx.nodes, {ns.index for ns in m}, topology, preferred) for _, m, _ in domains]
