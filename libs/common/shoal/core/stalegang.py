@@ -69,17 +69,23 @@ def _succeeded_groups(ctx: Context) -> set[str]:
 
 def run(ctx: Context) -> None:
     session = ctx.session
-    completing = _succeeded_groups(ctx)
+    completing: set[str] | None = None
     stamp_now = rfc3339(session.now)
     for key in sorted(session.jobs):
         job = session.jobs[key]
         group = job.group
         if not job.root.children and not group.stale_timestamp:  # fast path: plain gangs, not stamped
+            if (job.root.min_member or 0) <= 1:
+                continue  # one active pod already satisfies it; none active is not stale
             active = sum(1 for t in job.tasks if t.status in ACTIVE or t.status == RELEASING)
             if active == 0 or active >= job.root.min_member:
                 continue
         short = short_leaves(job)
-        stale = bool(short) and _active(job.root) > 0 and key not in completing
+        stale = bool(short) and _active(job.root) > 0
+        if stale:
+            if completing is None:
+                completing = _succeeded_groups(ctx)
+            stale = key not in completing
         if not stale:
             if group.stale_timestamp:
                 ctx.status_ops.append(Annotate(pod_group=key, key=ANNOTATION_STALE, value=""))
