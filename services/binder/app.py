@@ -32,6 +32,7 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     group_id: str = "shoal-binder"
     reservation_sync_s: float = 10.0  # how often idle reservation pods are looked for
     reservation_grace_s: float = 30.0  # a reservation pod younger than this is never released
+    parallel: int = 16  # API calls in flight per plan phase (binds, evictions, status writes)
 
 
 BINDER = web.AppKey("binder", Binder)
@@ -56,7 +57,7 @@ def build(settings: BinderSettings) -> web.Application:
                             reservation_namespace=settings.reservation_namespace,
                             reservation_timeout_s=settings.reservation_timeout_s,
                             eviction_mode=settings.eviction_mode,
-                            reservation_grace_s=settings.reservation_grace_s)
+                            reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel)
             app[BINDER] = binder
             consumer = Consumer(settings.kafka, [topics.PLANS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=PlanIssued, handler=binder.on_plan, metrics=metrics)

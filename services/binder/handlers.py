@@ -56,6 +56,7 @@ class Binder:
     eviction_mode: str = "evict"  # evict (Eviction API, PDBs respected) | delete (KAI's behaviour)
     event_dedupe_s: float = 60.0
     reservation_grace_s: float = 30.0
+    parallel: int = 16  # API calls in flight per plan phase
     _events: dict[tuple, float] = field(default_factory=dict)
     _queue_status: dict[str, dict] = field(default_factory=dict)
 
@@ -70,8 +71,14 @@ class Binder:
     async def on_plan(self, plan: PlanIssued, delivery: Delivery) -> None:
         if await self.seen.contains(plan.plan_id):
             return  # a redelivery of a plan applied in full already
-        for op in plan.ops:
-            await self.apply(plan, op)
+        # Reservations first, then binds, then everything else; within a phase ops are independent of
+        # each other (two binds into one new shared GPU both find its single reservation pod), so they
+        # run concurrently, bounded by `parallel`.
+        reserves = [op for op in plan.ops if isinstance(op, Reserve)]
+        binds = [op for op in plan.ops if isinstance(op, Bind)]
+        rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
+        for phase in (reserves, binds, rest):
+            await self._concurrently(plan, phase)
         await self.queue_statuses(plan)
         await self.seen.mark(plan.plan_id)
 
@@ -87,6 +94,15 @@ class Binder:
                 continue
             await self._quietly(self.kube.patch(k.QUEUES, figures.name, {"status": body}, subresource="status"))
             self._queue_status[figures.name] = body
+
+    async def _concurrently(self, plan: PlanIssued, ops: list) -> None:
+        gate = asyncio.Semaphore(self.parallel)
+
+        async def one(op) -> None:  # type: ignore[no-untyped-def]
+            async with gate:
+                await self.apply(plan, op)
+
+        await asyncio.gather(*(one(op) for op in ops))
 
     async def apply(self, plan: PlanIssued, op) -> None:
         if isinstance(op, Bind):

@@ -258,8 +258,11 @@ def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_cou
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (core cycle time on generated clusters)")
-    parser.add_argument("target", choices=["core", "reclaim"],
-                        help="what to benchmark (reclaim: shoal.cli.bench_reclaim, sizes default 500,1000)")
+    parser.add_argument("target", choices=["core", "reclaim", "e2e"],
+                        help="what to benchmark (reclaim: shoal.cli.bench_reclaim, sizes default 500,1000; "
+                             "e2e: the running stack from $SHOAL_KUBECONFIG…, Shoal vs kube-scheduler)")
+    parser.add_argument("--pods", type=int, default=200, help="e2e: pods per phase")
+    parser.add_argument("--nodes", type=int, default=25, help="e2e: fake nodes per phase (8 GPUs each)")
     parser.add_argument(
         "--sizes",
         default="100,1000,4000",
@@ -278,6 +281,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.target == "e2e":
+        return _run_e2e(args)
     if args.target == "reclaim":  # core II: the reclaim benchmark lives in its own module
         from shoal.cli.bench_reclaim import run_reclaim
 
@@ -309,4 +314,26 @@ def run(args: argparse.Namespace) -> int:
             f"{acts.get('allocate', 0.0):>11.1f} {other:>8.1f} {r['total_duration_ms']:>9.1f} "
             f"{r['median_total_ms']:>9.1f} {r['binds']:>6} {r['pipelined']:>9}"
         )
+    return 0
+
+
+def _run_e2e(args: argparse.Namespace) -> int:
+    """End to end on a running stack (`shoal dev up`, then export its SHOAL_* variables)."""
+    import asyncio
+
+    from shoal.devstack import DevStackError, StackInfo
+    from shoal.devstack.benche2e import run as run_e2e
+    from shoal.devstack.benche2e import table
+
+    try:
+        info = StackInfo.from_env()
+    except DevStackError as exc:
+        print(f"shoal bench e2e: {exc}", file=sys.stderr)
+        return 1
+    if info is None:
+        print("shoal bench e2e: no stack: run `shoal dev up` and export the SHOAL_* variables it prints",
+              file=sys.stderr)
+        return 1
+    result = asyncio.run(run_e2e(info, pods=args.pods, nodes=args.nodes))
+    print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
