@@ -37,7 +37,7 @@ class Phase:
 def _pod(namespace: str, name: str, pool: str, scheduler: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "labels": {"kai.scheduler/node-pool": pool,
-                                                                          "kai.scheduler/queue": "bench"}},
+                                                                          "kai.scheduler/queue": namespace}},
             "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
                      "nodeSelector": {"kai.scheduler/node-pool": pool},
                      "containers": [{"name": "c", "image": "busybox",
@@ -127,13 +127,9 @@ async def run(info, *, pods: int = 200, nodes: int = 25, gpus: int = 8, parallel
     try:
         await kube.create(k.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-        try:
-            await kube.create(k.QUEUES, {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
-                                         "metadata": {"name": "bench"},
-                                         "spec": {"resources": {"gpu": unlimited, "cpu": unlimited,
-                                                                "memory": unlimited}}})
-        except Exception:  # noqa: BLE001 - an earlier run's queue is fine
-            pass
+        await kube.create(k.QUEUES, {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
+                                     "metadata": {"name": namespace},
+                                     "spec": {"resources": {"gpu": unlimited, "cpu": unlimited, "memory": unlimited}}})
         per_pool = {}
         for phase, pool in pools.items():
             names = [f"{pool}-n{i}" for i in range(nodes)]
@@ -159,10 +155,11 @@ async def run(info, *, pods: int = 200, nodes: int = 25, gpus: int = 8, parallel
         for name in started:
             stop_process(state, name)
         await delete_nodes(api, made)
-        try:
-            await kube.delete(k.NAMESPACES, namespace)
-        except Exception:  # noqa: BLE001 - best effort cleanup
-            pass
+        for resource in (k.NAMESPACES, k.QUEUES):
+            try:
+                await kube.delete(resource, namespace)
+            except Exception:  # noqa: BLE001 - best effort cleanup
+                pass
         await api.close()
     return {"pods": pods, "nodes": nodes, "gpus_per_node": gpus, "parallel_creates": parallel,
             "phases": [asdict(raw), asdict(upstream), asdict(shoal)],
