@@ -218,3 +218,15 @@ def test_reclaim_benchmark_cluster_reclaims_for_every_pending_pod():
     assert row["evictions"] > 0
     assert row["pipelined"] == row["pending"]  # the starved queue gets its share back: every pending pod is placed
     assert row["counters"]["reclaim.victims_simulated"] >= row["evictions"]
+
+
+def test_queue_figures_count_a_gang_converted_to_pipelined_once():
+    from builders import pod
+
+    pods = [pod("g-0", gpus=1), pod("g-1", gpus=1)]
+    old = job("old", queue="q", pods=[pod("old-0", gpus=1, node_name="n1", deleting=True)])
+    snap = cluster(nodes=[node("n1", gpus=2)], queues=[queue("q")],
+                   jobs=[job("g", queue="q", pods=pods, min_member=2), old])
+    r = schedule(snap)
+    assert r.pipelined() == {"g-0": "n1", "g-1": "n1"}
+    assert r.queue("q").gpu.allocated == 2000  # reclaim/preempt read these figures: no double counting

@@ -84,6 +84,8 @@ class Context:
     def accept(self, ops: list[Op]) -> None:
         """Record committed ops and keep the queue figures used by the policies in step."""
         for op in ops:
+            if op.kind == "convert":  # core II: a marker (allocation -> pipeline), its resources are counted
+                continue
             task: Task = op.task
             job = task.job
             if job is None:
