@@ -67,19 +67,24 @@ def _succeeded_groups(ctx: Context) -> set[str]:
     }
 
 
+def _may_be_stale(job: Job) -> bool:
+    """Cheap pre-filter: a plain gang without a stamp needs min > 1 and 0 < active < min."""
+    if job.root.children or job.group.stale_timestamp:
+        return True
+    minimum = job.root.min_member or 0
+    if minimum <= 1:
+        return False  # one active pod already satisfies it; none active is not stale
+    active = sum(1 for t in job.tasks if t.status in ACTIVE or t.status == RELEASING)
+    return 0 < active < minimum
+
+
 def run(ctx: Context) -> None:
     session = ctx.session
     completing: set[str] | None = None
     stamp_now = rfc3339(session.now)
-    for key in sorted(session.jobs):
+    for key in sorted(k for k, job in session.jobs.items() if _may_be_stale(job)):
         job = session.jobs[key]
         group = job.group
-        if not job.root.children and not group.stale_timestamp:  # fast path: plain gangs, not stamped
-            if (job.root.min_member or 0) <= 1:
-                continue  # one active pod already satisfies it; none active is not stale
-            active = sum(1 for t in job.tasks if t.status in ACTIVE or t.status == RELEASING)
-            if active == 0 or active >= job.root.min_member:
-                continue
         short = short_leaves(job)
         stale = bool(short) and _active(job.root) > 0
         if stale:
