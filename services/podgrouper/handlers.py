@@ -44,9 +44,10 @@ class PodGrouper:
     priority_class_ttl_s: float = 30.0
     event_dedupe_s: float = 300.0
     cache_ttl_s: float = 5.0  # owners read and PodGroups found in line are trusted this long (bursts of pods)
-    latest: dict[str, dict] = field(default_factory=dict)  # pod key → the newest object seen
+    latest: dict[str, dict] = field(default_factory=dict)  # pod key → newest object, until it is handled
     synced: set[str] = field(default_factory=set)  # scheduler names whose first list is in
     _done: dict[str, str] = field(default_factory=dict)  # pod key → uid grouped by this process
+    _names: dict[str, str] = field(default_factory=dict)  # pod key → the scheduler name it was watched under
     _queue: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     _queued: set[str] = field(default_factory=set)
     _processing: set[str] = field(default_factory=set)
@@ -72,24 +73,27 @@ class PodGrouper:
             if event.type == "SYNCED":
                 seen = set()
                 for pod in event.objects:
-                    key = t.pod_key(pod)
-                    seen.add(key)
-                    self.latest[key] = pod
-                    self.mark(key)
-                for key in [key for key, pod in self.latest.items() if key not in seen
-                            and str(pod.get("spec", {}).get("schedulerName")) == scheduler_name]:
+                    seen.add(self._offer(pod, scheduler_name))
+                for key in [key for key, name in self._names.items() if name == scheduler_name and key not in seen]:
                     self.forget(key)
                 self.synced.add(scheduler_name)
             elif event.type == "DELETED" and event.object is not None:
                 self.forget(t.pod_key(event.object))
             elif event.object is not None:
-                key = t.pod_key(event.object)
-                self.latest[key] = event.object
-                if self._done.get(key) != str(t.meta(event.object).get("uid")):
-                    self.mark(key)
+                self._offer(event.object, scheduler_name)
+
+    def _offer(self, pod: dict, scheduler_name: str) -> str:
+        """Queue a pod unless this process already grouped it (objects are kept only until handled)."""
+        key = t.pod_key(pod)
+        self._names[key] = scheduler_name
+        if self._done.get(key) != str(t.meta(pod).get("uid")):
+            self.latest[key] = pod
+            self.mark(key)
+        return key
 
     def forget(self, key: str) -> None:
         self.latest.pop(key, None)
+        self._names.pop(key, None)
         self._done.pop(key, None)
         self._attempts.pop(key, None)
         handle = self._retry_handles.pop(key, None)
@@ -144,6 +148,8 @@ class PodGrouper:
         else:
             self._attempts.pop(key, None)
             self._done[key] = str(t.meta(pod).get("uid"))
+            if self.latest.get(key) is pod:  # no newer object arrived meanwhile: nothing left to keep
+                del self.latest[key]
         self._outcomes.labels(outcome=outcome).inc()
 
     def _retry(self, key: str, why: str) -> None:
@@ -292,4 +298,5 @@ class PodGrouper:
         return all(name in self.synced for name in names)
 
     def stats(self) -> dict[str, Any]:
-        return {"pods": len(self.latest), "queued": len(self._queued), "retrying": len(self._retry_handles)}
+        return {"pods": len(self._names), "pending": len(self.latest), "queued": len(self._queued),
+                "retrying": len(self._retry_handles)}

@@ -203,3 +203,45 @@ async def test_an_unexpected_error_on_one_pod_is_reported_and_retried():
     assert "RuntimeError: surprise" in event["message"]
     assert g._attempts["ns/train-a"] == 1
     g.forget("ns/train-a")
+
+
+async def test_watch_queues_new_pods_once_and_forgets_deleted(monkeypatch):
+    from services.podgrouper import handlers
+    from shoal.adapters.kube_watch import WatchEvent
+
+    a, b = pod("train-a"), pod("train-b")
+    kube = FakeKube([JOB, a, b])
+    g = grouper(kube)
+    gate = asyncio.Event()
+
+    class Script:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        async def __aiter__(self):
+            yield WatchEvent("SYNCED", objects=[copy.deepcopy(a), copy.deepcopy(b)])
+            await gate.wait()
+            yield WatchEvent("MODIFIED", object=copy.deepcopy(a))  # already grouped: not queued again
+            yield WatchEvent("DELETED", object=copy.deepcopy(b))
+            yield WatchEvent("SYNCED", objects=[])  # a re-list without train-a: forgotten too
+
+    monkeypatch.setattr(handlers, "ListWatch", Script)
+    worker = asyncio.create_task(g.work())
+    try:
+        watching = asyncio.create_task(g.watch("shoal-scheduler"))
+        for _ in range(100):
+            if len(g._done) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert g.synced == {"shoal-scheduler"} and g.ready(["shoal-scheduler"])
+        assert set(g._done) == {"ns/train-a", "ns/train-b"} and g.latest == {}, "handled pods are not kept"
+        writes = len(kube.writes)
+        gate.set()
+        await asyncio.wait_for(watching, 5)
+        await asyncio.sleep(0.05)
+        assert len(kube.writes) == writes and g._queued == set()
+        assert g._names == {} and g._done == {}
+    finally:
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
