@@ -198,6 +198,7 @@ class PodEvents:
         self.attempts = attempts
         self.interval_s = interval_s
         self._warned: dict[str, float] = {}  # pod uid → when
+        self.disabled = False
 
     async def _find(self, namespace: str, name: str, generate_name: str) -> dict | None:
         if name:
@@ -214,6 +215,8 @@ class PodEvents:
         return candidates[0] if candidates else None
 
     async def __call__(self, namespace: str, name: str, generate_name: str, message: str) -> None:
+        if self.disabled:
+            return
         try:
             for _ in range(self.attempts):
                 pod = await self._find(namespace, name, generate_name)
@@ -232,4 +235,9 @@ class PodEvents:
             await self.kube.create(CORE_EVENTS, t.pod_event(pod, RUNTIME_CLASS_REASON, message),
                                    namespace=namespace)
         except ShoalError as exc:
+            if getattr(exc, "status", None) == 403:  # least-privilege RBAC without pods/events: stop trying
+                self.disabled = True
+                log.warning("admission_pod_events_disabled", error=str(exc),
+                            hint="grant get/list pods and create events, or set SHOAL_POD_EVENTS=false")
+                return
             log.warning("admission_pod_event_failed", pod=f"{namespace}/{name or generate_name}", error=str(exc))

@@ -211,3 +211,19 @@ async def test_pod_events_for_named_and_generated_pods():
     assert kube.events[0]["message"].endswith("pod ns/job-a")
     await events("ns", "", "job-", "again")  # nothing left to warn about: gives up quietly
     assert len(kube.events) == 2
+
+
+async def test_pod_events_stop_after_forbidden():
+    from services.admission.handlers import PodEvents
+    from shoal.errors import PermanentError
+
+    class Forbidden(_Pods):
+        async def get(self, resource, name, *, namespace=None):
+            self.calls = getattr(self, "calls", 0) + 1
+            raise PermanentError("pods is forbidden", status=403)
+
+    kube = Forbidden([])
+    events = PodEvents(kube, interval_s=0)
+    await events("ns", "p", "", "m")
+    await events("ns", "q", "", "m")
+    assert events.disabled and kube.calls == 1 and kube.events == []
