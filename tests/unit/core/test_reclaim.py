@@ -230,3 +230,49 @@ def test_queue_figures_count_a_gang_converted_to_pipelined_once():
     r = schedule(snap)
     assert r.pipelined() == {"g-0": "n1", "g-1": "n1"}
     assert r.queue("q").gpu.allocated == 2000  # reclaim/preempt read these figures: no double counting
+
+
+def _shares(queues, jobs=()):
+    from shoal.core.context import Context
+    from shoal.core.session import Session
+
+    ctx = Context(Session(cluster(nodes=[node("n1", gpus=8)], queues=queues, jobs=list(jobs))))
+    return ctx.shares
+
+
+def test_leveled_queues_meet_at_the_divergence_point():
+    from shoal.core.reclaimable import leveled
+
+    shares = _shares([queue("d1"), queue("d2"), queue("p1", parent="d1"), queue("p2", parent="d1"),
+                      queue("p3", parent="d2")])
+    assert leveled(shares, "p3", "p1") == ("d2", "d1")
+    assert leveled(shares, "p2", "p1") == ("p2", "p1")
+    assert leveled(shares, "p1", "p1") is None
+
+
+def test_saturation_bound_uses_the_multiplier():
+    import msgspec
+
+    from shoal.core.reclaimable import _saturation_ok
+    from shoal.core.resources import Resources
+
+    shares = _shares([queue("a", gpu=(4, -1)), queue("b", gpu=(4, -1))])
+    r = msgspec.structs.replace(shares["a"], fair_share=Resources(0, 0, 2000))
+    v = msgspec.structs.replace(shares["b"], fair_share=Resources(0, 0, 2000))
+    gpu_only = (False, False, True)
+    # reclaimer ends at 3/2 = 1.5 of its fair share, victim at 4/2 = 2.0
+    assert _saturation_ok(r, v, Resources(0, 0, 3000), Resources(0, 0, 4000), gpu_only, 1.0)
+    assert not _saturation_ok(r, v, Resources(0, 0, 3000), Resources(0, 0, 4000), gpu_only, 1.5)  # 2.25 >= 2
+    # within its fair share the bound never applies
+    assert _saturation_ok(r, v, Resources(0, 0, 2000), Resources(0, 0, 1000), gpu_only, 5.0)
+
+
+def test_queue_line_renders_requested_resources_gpu_first():
+    from shoal.core.reclaimable import queue_line
+    from shoal.core.resources import Resources
+
+    shares = _shares([queue("a", gpu=(4, -1), display_name="Team A"), queue("b", gpu=(-1, -1))])
+    line = queue_line(shares["a"], Resources(1500, 0, 8000), (True, False, True))
+    assert line == ("Team A uses 8 GPUs, 1.5 CPU cores with a quota of 4 GPUs, Unlimited CPU cores, fair-share of "
+                    f"{shares['a'].fair_share.gpu_milli // 1000} GPUs, 0 CPU cores and queue priority of 100.")
+    assert "quota of Unlimited GPUs" in queue_line(shares["b"], Resources(0, 0, 0), (False, False, True))
