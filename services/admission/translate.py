@@ -297,7 +297,7 @@ def pod_event(pod: Mapping, reason: str, message: str, *, now: str | None = None
     now = now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta = _map(pod.get("metadata"))
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-    digest = hashlib.sha256(f"{namespace}/{name}/{reason}/{now}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{namespace}/{name}/{reason}/{message}/{now}".encode()).hexdigest()[:10]
     return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{name[:200]}.{digest}", "namespace": namespace},
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
                                "uid": str(meta.get("uid") or "")},

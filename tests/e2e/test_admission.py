@@ -157,8 +157,8 @@ async def test_runtime_class_injected_only_when_it_exists(kube, ns, admission):
 
     async def events_for(prefix: str) -> list[dict]:
         items, _ = await kube.list(CORE_EVENTS, namespace=ns)
-        return [e for e in items if e.get("reason") == "RuntimeClassNotInjected"
-                and e["involvedObject"]["name"].startswith(prefix)]
+        return [e for e in items if e.get("reason") == "RuntimeClassNotInjected"  # this module's service only
+                and e["involvedObject"]["name"].startswith(prefix) and admission.runtime_class in e["message"]]
 
     [event] = await eventually(lambda: events_for("half-a"), timeout_s=20, what="a RuntimeClassNotInjected event")
     assert event["type"] == "Warning" and event["involvedObject"]["uid"] == created["metadata"]["uid"]
