@@ -15,6 +15,7 @@ import pytest
 from deploy_support import REPO, SERVICES, kubectl_path
 
 TILT_VERSION = os.environ.get("SHOAL_TILT_VERSION", "v0.37.1")
+SITE = "/opt/shoal/lib/python3.11/site-packages"
 
 
 def tilt_path() -> Path:
@@ -70,23 +71,28 @@ def test_tiltfile_builds_every_service_with_live_update(result: dict[str, Any]) 
     ms = manifests(result)
     for service in SERVICES:
         m = ms[f"shoal-{service}"]
-        [target] = [t for t in m["ImageTargets"] if t["Refs"]["ConfigurationRef"].endswith(f"shoal-{service}")]
-        text = json.dumps(target)
-        assert "docker/Dockerfile" in text and f'"SERVICE": "{service}"' in text.replace("'", '"') or \
-            f"SERVICE={service}" in text or f'"SERVICE":"{service}"' in text
-        assert "/opt/shoal/lib/python3.11/site-packages/shoal" in text, "no live_update sync of the sources"
+        [target] = m["ImageTargets"]
+        build = target["BuildDetails"]
+        assert build["args"] == [f"SERVICE={service}"] and build["target"] == "dev"
+        assert "shoal-dev-entrypoint" in build["dockerfileContents"]
+        text = json.dumps(target["LiveUpdateSpec"])
+        assert f"{SITE}/shoal" in text and f"{SITE}/services" in text, f"shoal-{service}: no live_update sync"
+        assert "/tmp/shoal-restart" in text, f"shoal-{service}: live_update does not restart the service"
 
 
 def test_tiltfile_wires_resources(result: dict[str, Any]) -> None:
     ms = manifests(result)
     assert {"kafka", "redis", "shoal-admission-certgen", "shoal-crds", "shoal-namespaces-config",
             "unit-tests"} <= set(ms)
-    api = json.dumps(ms["shoal-api"])
-    assert '"ContainerPort": 8080' in api or '"containerPort": 8080' in api
-    assert "decision stream" in api
+    api = ms["shoal-api"]["DeployTarget"]
+    forwards = api["portForwardTemplateSpec"]["forwards"]
+    assert [(f["containerPort"], f["name"]) for f in forwards] == [(8080, "api")]
+    assert "decision stream (SSE)" in [link["Name"] for link in api["Links"]]
     assert "pytest tests/unit" in json.dumps(ms["unit-tests"])
-    unassigned = [name for name in ms if name in ("uncategorized",)]
-    assert not unassigned, "every object belongs to a named resource"
+    assert "uncategorized" not in ms, "every object belongs to a named resource"
+    for service in SERVICES:
+        assert ms[f"shoal-{service}"]["Labels"], f"shoal-{service} has no resource label"
+        assert "shoal-crds" in ms[f"shoal-{service}"]["ResourceDependencies"]
 
 
 def test_a_broken_tiltfile_fails(tmp_path: Path) -> None:
