@@ -147,6 +147,9 @@ class PodGrouper:
             self._retry(key, f"{type(exc).__name__}: {exc}")
         else:
             self._attempts.pop(key, None)
+            handle = self._retry_handles.pop(key, None)
+            if handle is not None:
+                handle.cancel()
             self._done[key] = str(t.meta(pod).get("uid"))
             if self.latest.get(key) is pod:  # no newer object arrived meanwhile: nothing left to keep
                 del self.latest[key]

@@ -142,6 +142,7 @@ async def test_unreadable_owner_warns_and_retries_then_groups():
                   "metadata": {"name": "w1", "namespace": "ns", "uid": "w-uid"}})
         await until(lambda: ("podgroups", "ns", "pg-w1-w-uid") in kube.store)
         await until(lambda: key not in g._attempts)
+        assert g.stats()["retrying"] == 0 and g.stats()["pending"] == 0
     finally:
         worker.cancel()
         with pytest.raises(asyncio.CancelledError):
