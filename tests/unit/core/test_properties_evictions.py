@@ -33,9 +33,14 @@ def clusters(draw):
                   gpu_memory_mib=40960) for i in range(draw(st.integers(1, 3)))]
     free = {n.name: n.gpus for n in nodes}
     queues = [queue("root", parent=None)]
+    nested = draw(st.booleans())  # a and b under a department d, c at the top
+    if nested:
+        queues.append(queue("d", gpu=(draw(st.integers(0, 6)), -1, draw(st.integers(1, 3)))))
     for name in QUEUES:
         quota = draw(st.integers(0, 4))
-        queues.append(queue(name, gpu=(quota, -1, draw(st.integers(1, 3))), priority=draw(st.sampled_from([100, 100, 200]))))
+        parent = "d" if nested and name != "c" else "root"
+        queues.append(queue(name, parent=parent, gpu=(quota, -1, draw(st.integers(1, 3))),
+                            priority=draw(st.sampled_from([100, 100, 200]))))
     groups, pods = [], []
     for j in range(draw(st.integers(1, 7))):
         name = f"j{j}"
@@ -103,13 +108,34 @@ def test_victims_are_legitimate(spec):
     plan = run_cycle(snap)
     group_of, groups = _group_of(snap)
     quota = {q.name: q.gpu.quota for q in snap.queues}
+    parent = {q.name: q.parent for q in snap.queues}
     used = defaultdict(int)
+
+    def charge(queue_name, amount):
+        while queue_name is not None:
+            used[queue_name] += amount
+            queue_name = parent.get(queue_name)
+
     for p in snap.pods:
         if p.node_name:
-            used[group_of[p.key].queue] += p.gpus * 1000
+            charge(group_of[p.key].queue, p.gpus * 1000)
     pods = {p.key: p for p in snap.pods}
     for op in plan.of(Bind):  # allocate runs first: its binds count when reclaim judges the queue
-        used[group_of[op.pod].queue] += pods[op.pod].gpus * 1000
+        charge(group_of[op.pod].queue, pods[op.pod].gpus * 1000)
+
+    def level(a, b):  # the victim's queue where the two paths from the root diverge
+        pa, pb = _path(a), _path(b)
+        for x, y in zip(pa, pb, strict=False):
+            if x != y:
+                return y
+        return b
+
+    def _path(name):
+        out = []
+        while name is not None:
+            out.append(name)
+            name = parent.get(name)
+        return out[::-1]
     for ev in plan.of(Evict):
         victim = group_of[ev.pod]
         evictor = groups[ev.by.split("/", 1)[1]]
@@ -118,7 +144,8 @@ def test_victims_are_legitimate(spec):
         assert _priority(victim) < 100, ev  # preemptible (no explicit preemptibility in this generator)
         if ev.action == "reclaim":
             assert victim.queue != evictor.queue
-            assert used[victim.queue] > quota[victim.queue], ev  # never within deserved quota
+            v = level(evictor.queue, victim.queue)
+            assert used[v] > quota[v], ev  # never within deserved quota at the divergence level
         if ev.action == "preempt":
             assert victim.queue == evictor.queue
             assert _priority(victim) < _priority(evictor), ev
