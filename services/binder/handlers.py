@@ -232,6 +232,9 @@ class Binder:
     # ---- evictions -------------------------------------------------------------------------------
     async def evict(self, plan: PlanIssued, op: Evict) -> None:
         namespace, name = ko.split(op.pod)
+        # read the victim's PodGroup before the eviction: a per-pod group (bare pod, ReplicaSet) is owned by
+        # its pod and garbage-collected with it, and the Evict event must still find its object
+        group = await self._get(k.PODGROUPS, op.pod_group) if op.pod_group else None
         try:
             if self.eviction_mode == "delete":
                 await self.kube.delete(k.PODS, name, namespace=namespace)
@@ -251,7 +254,8 @@ class Binder:
         if op.pod_group:
             await self.event("PodGroup", op.pod_group, "Evict", op.message, "Normal", annotations={
                 "num-evicted-pods": "1", "evictor-action-type": op.action,
-                "evictor-pod-group-name": by_name, "evictor-pod-group-namespace": by_ns})
+                "evictor-pod-group-name": by_name, "evictor-pod-group-namespace": by_ns},
+                uid=group["metadata"].get("uid", "") if group else None)
 
     # ---- status ----------------------------------------------------------------------------------
     async def set_condition(self, op: SetCondition) -> None:
@@ -287,7 +291,8 @@ class Binder:
 
     # ---- events, results -------------------------------------------------------------------------
     async def event(self, kind: str, key: str, reason: str, message: str, event_type: str, *,
-                    annotations: dict | None = None) -> None:
+                    annotations: dict | None = None, uid: str | None = None) -> None:
+        """A core/v1 event about a pod or PodGroup; `uid` given: the object was read already (it may be gone)."""
         now = time.monotonic()
         dedupe = (kind, key, reason, message)
         if annotations is None and now - self._events.get(dedupe, -1e9) < self.event_dedupe_s:
@@ -295,13 +300,14 @@ class Binder:
         self._events[dedupe] = now
         if len(self._events) > 50_000:
             self._events = {d: t for d, t in self._events.items() if now - t < self.event_dedupe_s}
-        resource = k.PODS if kind == "Pod" else k.PODGROUPS
-        obj = await self._get(resource, key)
-        if obj is None:
-            return
+        if uid is None:
+            obj = await self._get(k.PODS if kind == "Pod" else k.PODGROUPS, key)
+            if obj is None:
+                return
+            uid = obj["metadata"].get("uid", "")
         namespace, name = ko.split(key)
         api_version = "v1" if kind == "Pod" else "scheduling.run.ai/v2alpha2"
-        body = ko.core_event(kind, namespace, name, obj["metadata"].get("uid", ""), reason, message, event_type,
+        body = ko.core_event(kind, namespace, name, uid, reason, message, event_type,
                              api_version=api_version, annotations=annotations)
         await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace))
 
