@@ -187,12 +187,26 @@ def test_prod_scales_out(rendered: dict[str, Docs]) -> None:
     assert {"shoal-admission", "shoal-planner", "shoal-binder"} <= set(by_kind(rendered["prod"], "PodDisruptionBudget"))
 
 
-@pytest.mark.parametrize("overlay", ["dev", "prod"])
-def test_rendered_environment_loads_as_service_settings(rendered: dict[str, Docs], overlay: str) -> None:
-    """What a pod's environment holds (ConfigMap + Secret + literal env) is valid for shoal.settings."""
-    import base64
+SETTINGS = {
+    "snapshotter": ("services.snapshotter.app", "SnapshotterSettings"),
+    "podgrouper": ("services.podgrouper.app", "PodGrouperSettings"),
+    "fairshare": ("services.fairshare.app", "FairShareSettings"),
+    "planner": ("services.planner.app", "PlannerSettings"),
+    "binder": ("services.binder.app", "BinderSettings"),
+    "nodeagent": ("services.nodeagent.config", "NodeAgentSettings"),
+    "admission": ("services.admission.app", "AdmissionSettings"),
+    "api": ("services.api.app", "ApiSettings"),
+}
 
-    from shoal.settings import ServiceSettings, load_settings
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_rendered_environment_loads_as_each_services_settings(rendered: dict[str, Docs], overlay: str) -> None:
+    """What a pod's environment holds (ConfigMap + Secret + its literal env) is valid for that service's own
+    settings class: a wrong key or value here would make the pod exit 2 at start."""
+    import base64
+    import importlib
+
+    from shoal.settings import load_settings
 
     docs = rendered[overlay]
     env = dict(by_kind(docs, "ConfigMap")["shoal-config"]["data"])
@@ -201,9 +215,17 @@ def test_rendered_environment_loads_as_service_settings(rendered: dict[str, Docs
         env.update({k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()})
     else:  # prod: created out of band with these keys (docs/deploy.md)
         env.update({"SHOAL_KAFKA_SASL_PASSWORD": "secret", "SHOAL_REDIS_PASSWORD": "secret"})
-    for work in workloads(docs).values():
+    for name, work in workloads(docs).items():
+        service = name.removeprefix("shoal-")
+        module, cls = SETTINGS[service]
         [c] = work["spec"]["template"]["spec"]["containers"]
-        pod_env = env | {e["name"]: e.get("value", "from-field") for e in c.get("env", [])}
-        settings = load_settings(ServiceSettings, pod_env)
+        pod_env = env | {e["name"]: e.get("value", f"{service}-from-field") for e in c.get("env", [])}
+        settings = load_settings(getattr(importlib.import_module(module), cls), pod_env)
         assert settings.kube.in_cluster and settings.http.host == "0.0.0.0" and settings.http.port == 8080
         assert settings.kafka.bootstrap == env["SHOAL_KAFKA_BOOTSTRAP"]
+        if service == "nodeagent":
+            assert settings.backend == ("fake" if overlay == "dev" else "nvml")
+        if service == "binder":
+            assert settings.reservation_namespace == "kai-resource-reservation"
+        if service == "admission":
+            assert settings.webhook.tls_cert_file == "/etc/shoal/tls/tls.crt"
