@@ -176,7 +176,8 @@ def _start_core(
         info.ports.update(
             {"etcd": etcd_port, "kube-apiserver": apiserver_port, "redis": redis_port, "kafka": kafka_port}
         )
-        launch_(components.etcd(state, etcd_port, free_port()))
+        info.ports["etcd-peer"] = free_port()  # recorded so `restart_component` keeps it
+        launch_(components.etcd(state, etcd_port, info.ports["etcd-peer"]))
         launch_(components.redis(state, redis_port))
         info.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         pki = make_pki(state / "pki")
