@@ -90,3 +90,10 @@ def test_preemption_delay_window():
         "Workload is within its preemption delay window (2m0s) and may not trigger evictions before "
         "1970-01-01T00:17:00Z"
     )
+
+
+def test_preemption_delay_re_arms_after_an_eviction():
+    spec = job("d", queue="proj", created=100, preemption_delay_s=120,
+               last_eviction_timestamp="1970-01-01T00:15:00Z")  # evicted at 900
+    s = session(TREE, jobs=[spec], now=1_000)
+    assert preemption_delay_end(s, s.jobs["ns/d"]) == 1_020

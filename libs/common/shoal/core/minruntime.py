@@ -7,9 +7,11 @@ min-runtime ago is protected; without the annotation there is no protection.
   reclaimer's and the victim's queues, on the victim's side; its `reclaim_min_runtime_s`, else walking up
   from there; else the shard default. Method `queue`: walk up from the victim's own queue.
 
-Preemption delay: a job with `preemption_delay_s` may not trigger evictions before its PodGroup's
-creation time plus the delay (Shoal's reading of KAI's window; the creation time is the only start
-point the PodGroup carries). Times are epoch seconds from the snapshot (`snapshot.now` is data).
+Preemption delay (KAI v0.17, #1832): a job with `preemption_delay_s` may not trigger evictions
+(preempt, reclaim, consolidation) before its PodGroup's creation time plus the delay; the window re-arms
+after each eviction it triggered (`kai.scheduler/last-eviction-timestamp`, stamped by the solver's
+commit). Allocation into free capacity is unaffected. Times are epoch seconds from the snapshot
+(`snapshot.now` is data).
 """
 
 from __future__ import annotations
@@ -82,7 +84,11 @@ def preemption_delay_end(session: Session, job: Job) -> float | None:
     delay = job.group.preemption_delay_s
     if not delay or delay <= 0:
         return None
-    end = job.created + delay
+    start = job.created
+    last = job.group.last_eviction_timestamp
+    if last:
+        start = max(start, epoch_of(last))  # the window re-arms after each eviction it triggered
+    end = start + delay
     return end if session.now < end else None
 
 
