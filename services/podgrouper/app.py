@@ -22,7 +22,7 @@ class PodGrouperSettings(ServiceSettings, frozen=True, kw_only=True):
     env_aliases: ClassVar[dict[str, str]] = {"scheduler_names": "SHOAL_SCHEDULER_NAME"}  # as shoal-config sets
 
     scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
-    workers: Annotated[int, Meta(ge=1, le=64)] = 4  # SHOAL_WORKERS: pods grouped concurrently
+    workers: Annotated[int, Meta(ge=1, le=64)] = 16  # SHOAL_WORKERS: pods grouped concurrently
     retry_max_s: Annotated[float, Meta(gt=0)] = 30.0  # SHOAL_RETRY_MAX_S: backoff cap for unreadable owners
 
     def problems(self) -> list[str]:

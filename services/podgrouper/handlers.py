@@ -38,7 +38,7 @@ class OwnerUnavailable(Exception):
 class PodGrouper:
     kube: k.Kube
     metrics: Metrics
-    workers: int = 4
+    workers: int = 16  # pods grouped concurrently (bursts of bare pods: the apiserver is the limit)
     retry_initial_s: float = 1.0
     retry_max_s: float = 30.0
     priority_class_ttl_s: float = 30.0
@@ -58,6 +58,7 @@ class PodGrouper:
     _events: dict[tuple[str, str], float] = field(default_factory=dict)
     _owners: dict[str, tuple[float, dict]] = field(default_factory=dict)  # owner path → (read at, object)
     _ensured: dict[str, tuple[float, str]] = field(default_factory=dict)  # podgroup path → (at, desired digest)
+    _group_locks: dict[str, tuple[asyncio.Lock, int]] = field(default_factory=dict)  # path → (lock, users)
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -238,22 +239,45 @@ class PodGrouper:
         return owner
 
     async def ensure_podgroup(self, desired: dict) -> bool:
-        """Create the PodGroup or patch the fields it owns; True when something was written."""
+        """Create the PodGroup or patch the fields it owns; True when something was written.
+
+        Pods are grouped concurrently; pods of one owner share one PodGroup (its name is deterministic), so
+        its writes are serialised here: the first pod writes it, the others wait and find it in the cache."""
         name, namespace = desired["metadata"]["name"], desired["metadata"]["namespace"]
         path = k.PODGROUPS.path(namespace, name)
         digest = json.dumps(desired, sort_keys=True)
-        now = time.monotonic()
-        seen = self._ensured.get(path)
-        if seen and seen[1] == digest and now - seen[0] < self.cache_ttl_s:
-            return False
-        if len(self._ensured) > 10_000:
-            self._ensured = {p: e for p, e in self._ensured.items() if now - e[0] < self.cache_ttl_s}
-        written = await self._write_podgroup(desired, name, namespace)
-        self._ensured[path] = (time.monotonic(), digest)
-        return written
+        lock, users = self._group_locks.get(path, (asyncio.Lock(), 0))
+        self._group_locks[path] = (lock, users + 1)
+        try:
+            async with lock:
+                now = time.monotonic()
+                seen = self._ensured.get(path)
+                if seen and seen[1] == digest and now - seen[0] < self.cache_ttl_s:
+                    return False
+                if len(self._ensured) > 10_000:
+                    self._ensured = {p: e for p, e in self._ensured.items() if now - e[0] < self.cache_ttl_s}
+                # never seen by this process (a new owner, a bare pod): most likely absent, so create first
+                # and read only on 409; seen before: read first, it most likely exists
+                written = await self._write_podgroup(desired, name, namespace, create_first=seen is None)
+                self._ensured[path] = (time.monotonic(), digest)
+                return written
+        finally:
+            users = self._group_locks[path][1] - 1
+            if users:
+                self._group_locks[path] = (lock, users)
+            else:
+                del self._group_locks[path]
 
-    async def _write_podgroup(self, desired: dict, name: str, namespace: str) -> bool:
+    async def _write_podgroup(self, desired: dict, name: str, namespace: str, *, create_first: bool = False) -> bool:
         for _ in range(5):
+            if create_first:
+                create_first = False
+                try:
+                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace)
+                    self._writes.labels(kind="podgroup_create").inc()
+                    return True
+                except ConflictError:
+                    pass  # it exists (made earlier, or by another replica): read it and compare
             try:
                 existing = await self.kube.get(k.PODGROUPS, name, namespace=namespace)
             except NotFoundError:

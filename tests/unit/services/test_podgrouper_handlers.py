@@ -183,14 +183,53 @@ async def test_skipped_and_bare_pods():
 
 
 
-async def test_a_burst_of_pods_reads_the_owner_and_the_podgroup_once():
+async def test_a_burst_of_pods_reads_the_owner_once_and_creates_the_new_podgroup_without_reading_it():
     pods = [pod(f"train-{i}") for i in range(3)]
     kube = FakeKube([JOB, *pods])
     g = grouper(kube)
     assert [await g.reconcile(p) for p in pods] == ["grouped", "grouped", "grouped"]
     assert kube.reads.count(("jobs", "train")) == 1
-    assert kube.reads.count(("podgroups", "pg-train-job-uid")) == 1
+    assert kube.reads.count(("podgroups", "pg-train-job-uid")) == 0  # never seen: created first, no GET
     assert [w for w in kube.writes if w[1] == "podgroups"] == [("create", "podgroups", "pg-train-job-uid")]
+
+
+async def test_concurrent_pods_of_one_owner_write_their_podgroup_once():
+    pods = [pod(f"train-{i}") for i in range(8)]
+    kube = FakeKube([JOB, *pods])
+    g = grouper(kube)
+    creates = 0
+    create = kube.create
+
+    async def slow_create(resource, body, **kwargs):  # a round trip long enough for the others to race
+        nonlocal creates
+        if resource.plural == "podgroups":
+            creates += 1
+        await asyncio.sleep(0.01)
+        return await create(resource, body, **kwargs)
+
+    kube.create = slow_create
+    assert await asyncio.gather(*(g.reconcile(p) for p in pods)) == ["grouped"] * 8
+    assert creates == 1  # one writer per PodGroup: no second create that would end in 409
+    assert kube.reads.count(("podgroups", "pg-train-job-uid")) == 0
+    assert g._group_locks == {}  # locks are dropped once nobody waits on them
+    assert all(kube.store[("pods", "ns", p["metadata"]["name"])]["metadata"]["annotations"]["pod-group-name"]
+               == "pg-train-job-uid" for p in pods)
+
+
+async def test_a_podgroup_seen_before_is_read_first_and_patched_when_it_drifted():
+    p = pod()
+    kube = FakeKube([JOB, p])
+    g = grouper(kube)
+    g.cache_ttl_s = 0.0  # every reconcile goes to the API
+    assert await g.reconcile(p) == "grouped"
+    kube.store[("podgroups", "ns", "pg-train-job-uid")]["spec"]["minMember"] = 7  # someone changed it
+    kube.writes.clear()
+    kube.reads.clear()
+    annotated = kube.store[("pods", "ns", "train-a")]
+    assert await g.reconcile(annotated) == "grouped"
+    assert kube.reads.count(("podgroups", "pg-train-job-uid")) == 1
+    assert kube.writes == [("patch", "podgroups", "pg-train-job-uid")]  # read then patched, no create tried
+    assert kube.store[("podgroups", "ns", "pg-train-job-uid")]["spec"]["minMember"] == 2
 
 
 async def test_an_unexpected_error_on_one_pod_is_reported_and_retried():
