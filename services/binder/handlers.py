@@ -59,6 +59,7 @@ class Binder:
     parallel: int = 16  # API calls in flight per plan phase
     _events: dict[tuple, float] = field(default_factory=dict)
     _queue_status: dict[str, dict] = field(default_factory=dict)
+    _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -77,8 +78,15 @@ class Binder:
         reserves = [op for op in plan.ops if isinstance(op, Reserve)]
         binds = [op for op in plan.ops if isinstance(op, Bind)]
         rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
-        for phase in (reserves, binds, rest):
-            await self._concurrently(plan, phase)
+        # BindResults and decisions are sent without waiting for each (the producer batches them) and awaited
+        # together at the end of each phase: the plan is marked seen, and its offset committed, only after.
+        try:
+            for phase in (reserves, binds, rest):
+                await self._concurrently(plan, phase)
+                await self._flush(plan.plan_id)
+        finally:
+            for task in self._publishing.pop(plan.plan_id, []):
+                task.cancel()  # a phase failed: the plan is redelivered, and consumers tolerate duplicates
         await self.queue_statuses(plan)
         await self.seen.mark(plan.plan_id)
 
@@ -122,9 +130,14 @@ class Binder:
         elif isinstance(op, PodGroupEvent):
             await self.event("PodGroup", op.pod_group, op.reason, op.message, op.type)
         elif isinstance(op, PodEvent):
-            await self.event("Pod", op.pod, op.reason, op.message, op.type)
-            if op.reason == "Unschedulable":
-                await self.pod_unschedulable(op.pod, op.message)
+            if op.reason == "Unschedulable":  # one read of the pod serves the event and the condition
+                current = await self._get(k.PODS, op.pod)
+                if current is not None:
+                    await self.event("Pod", op.pod, op.reason, op.message, op.type,
+                                     uid=current["metadata"].get("uid", ""))
+                    await self.pod_unschedulable(op.pod, op.message, current)
+            else:
+                await self.event("Pod", op.pod, op.reason, op.message, op.type)
 
     # ---- binds -----------------------------------------------------------------------------------
     async def bind(self, plan: PlanIssued, op: Bind) -> None:
@@ -156,22 +169,23 @@ class Binder:
         self._binds.labels("bound").inc()
         self._bind_latency.observe(time.perf_counter() - started)
         pool = plan.shard
-        await self.event("Pod", op.pod, "Scheduled",
-                         f"Successfully assigned pod {op.pod} to node {op.node} at node-pool {pool}", "Normal")
-        await self._result(plan, op, ok=True)
-        await self._decision("bound", plan, op.pod, {"node": op.node, "podGroup": op.pod_group})
+        self._result(plan, op, ok=True)
+        self._decision("bound", plan, op.pod, {"node": op.node, "podGroup": op.pod_group})
         if op.gpu_groups:
-            await self._decision("gpu-shared", plan, op.pod, {"node": op.node, "gpuGroups": list(op.gpu_groups),
-                                                              "fraction": op.fraction})
+            self._decision("gpu-shared", plan, op.pod, {"node": op.node, "gpuGroups": list(op.gpu_groups),
+                                                        "fraction": op.fraction})
+        await self.event("Pod", op.pod, "Scheduled",  # the op names the pod's uid: no read of the pod
+                         f"Successfully assigned pod {op.pod} to node {op.node} at node-pool {pool}", "Normal",
+                         uid=op.pod_uid)
 
     async def _bind_failed(self, plan: PlanIssued, op: Bind, error: str) -> None:
         self._binds.labels("failed").inc()
         log.warning("bind_failed", pod=op.pod, node=op.node, error=error)
         await self.inflight.remove(plan.shard, [op.pod_uid])
+        self._result(plan, op, ok=False, error=error)
+        self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error})
         await self.event("Pod", op.pod, "BindingError", f"Failed to bind pod {op.pod} to node {op.node}: {error}",
-                         "Warning")
-        await self._result(plan, op, ok=False, error=error)
-        await self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error})
+                         "Warning", uid=op.pod_uid)
 
     # ---- shared GPUs -----------------------------------------------------------------------------
     async def prepare_fraction(self, op: Bind) -> None:
@@ -270,11 +284,11 @@ class Binder:
         condition = ko.scheduling_condition(op, transition, ko.utc_now())
         await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": [condition]}}, status=True)
 
-    async def pod_unschedulable(self, pod: str, message: str) -> None:
+    async def pod_unschedulable(self, pod: str, message: str, current: dict | None = None) -> None:
         namespace, name = ko.split(pod)
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                      "lastTransitionTime": ko.utc_now()}
-        current = await self._get(k.PODS, pod)
+        current = current if current is not None else await self._get(k.PODS, pod)
         if current is None:
             return
         for c in (current.get("status") or {}).get("conditions") or []:
@@ -311,15 +325,30 @@ class Binder:
                              api_version=api_version, annotations=annotations)
         await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace))
 
-    async def _result(self, plan: PlanIssued, op: Bind, *, ok: bool, error: str = "") -> None:
+    def _result(self, plan: PlanIssued, op: Bind, *, ok: bool, error: str = "") -> None:
         result = BindResult(meta=new_meta("binder", revision=plan.revision), shard=plan.shard,
                             plan_id=plan.plan_id, pod=op.pod, node=op.node, ok=ok, error=error)
-        await self.bus.publish(topics.BIND_RESULTS.full(self.topic_prefix), result, key=plan.shard)
+        self._send(plan, topics.BIND_RESULTS.full(self.topic_prefix), result)
 
-    async def _decision(self, kind: str, plan: PlanIssued, subject: str, data: dict) -> None:
+    def _decision(self, kind: str, plan: PlanIssued, subject: str, data: dict) -> None:
         event = decision(kind, source=f"shoal/binder/{plan.shard}", subject=subject, shard=plan.shard,
                          plan_id=plan.plan_id, revision=plan.revision, data=data)
-        await self.bus.publish(topics.DECISIONS.full(self.topic_prefix), event, key=plan.shard)
+        self._send(plan, topics.DECISIONS.full(self.topic_prefix), event)
+
+    def _send(self, plan: PlanIssued, topic: str, message) -> None:  # type: ignore[no-untyped-def]
+        """Start a publish now; `_flush` awaits it with the rest of the plan's phase."""
+        task = asyncio.ensure_future(self.bus.publish(topic, message, key=plan.shard))
+        self._publishing.setdefault(plan.plan_id, []).append(task)
+
+    async def _flush(self, plan_id: str) -> None:
+        """Wait for every publish the plan started; the first failure is raised after all have settled."""
+        tasks = self._publishing.pop(plan_id, [])
+        if not tasks:
+            return
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _get(self, resource: k.Resource, key: str) -> dict | None:
         namespace, name = ko.split(key)

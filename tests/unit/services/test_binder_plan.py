@@ -1,0 +1,161 @@
+"""The binder's bind path against in-memory fakes: round trips per bind, publishes batched per phase."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.binder.handlers import Binder
+from shoal.adapters.kafka import Delivery
+from shoal.core.plan import Bind, PodEvent
+from shoal.errors import NotFoundError
+from shoal.messages.base import new_meta
+from shoal.messages.plan import BindResult, PlanIssued
+from shoal.messages.snapshot import InFlightBind
+from shoal.metrics import Metrics
+
+DELIVERY = Delivery(topic="plans", partition=0, offset=0, key=None, headers=(), timestamp_ms=0)
+
+
+class FakeKube:
+    def __init__(self, pods: dict[str, dict]):
+        self.pods = pods  # "ns/name" → pod
+        self.calls: list[tuple] = []
+        self.bound: set[str] = set()
+        self.created_events: list[dict] = []
+
+    async def get(self, resource, name, *, namespace=None, **kwargs):
+        self.calls.append(("get", resource.plural, f"{namespace}/{name}"))
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is None:
+            raise NotFoundError("gone", status=404)
+        return pod
+
+    async def create(self, resource, body, *, namespace=None, name=None, subresource=None, **kwargs):
+        self.calls.append(("create", resource.plural, subresource))
+        if subresource == "binding":
+            self.bound.add(f"{namespace}/{name}")
+        elif resource.plural == "events":
+            self.created_events.append(body)
+        return body
+
+    async def patch(self, resource, name, body, **kwargs):
+        self.calls.append(("patch", resource.plural, kwargs.get("subresource")))
+        return body
+
+
+class FakeInFlight:
+    def __init__(self, entries: dict[str, InFlightBind]):
+        self.entries = entries
+
+    async def get(self, shard, pod_uid):
+        return self.entries.get(pod_uid)
+
+    async def remove(self, shard, pod_uids):
+        return sum(self.entries.pop(u, None) is not None for u in pod_uids)
+
+
+class FakeSeen:
+    def __init__(self):
+        self.marked: list[str] = []
+
+    async def contains(self, message_id):
+        return message_id in self.marked
+
+    async def mark(self, message_id):
+        self.marked.append(message_id)
+
+
+class GatedBus:
+    """Publishes complete only once `gate` is set; records what was sent and when it completed."""
+
+    def __init__(self):
+        self.gate = asyncio.Event()
+        self.started: list[tuple[str, object]] = []
+        self.done: list[tuple[str, object]] = []
+
+    async def publish(self, topic, message, *, key=None, headers=None):
+        self.started.append((topic, message))
+        await self.gate.wait()
+        self.done.append((topic, message))
+        return 0, len(self.done)
+
+
+def pods(n: int) -> dict[str, dict]:
+    return {f"ns/p{i}": {"metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"uid-{i}"}, "spec": {}}
+            for i in range(n)}
+
+
+def plan_of(ops, plan_id="plan-1") -> PlanIssued:
+    return PlanIssued(meta=new_meta("planner", revision=1, id=plan_id), shard="pool", plan_id=plan_id, revision=1,
+                      ops=tuple(ops))
+
+
+def binder(kube, inflight, bus, seen=None, parallel=1) -> Binder:
+    return Binder(kube=kube, inflight=inflight, seen=seen or FakeSeen(), bus=bus, metrics=Metrics(),
+                  parallel=parallel)
+
+
+async def test_binds_do_not_wait_for_their_publishes_and_the_plan_is_marked_after_them():
+    binds = [Bind(pod=f"ns/p{i}", pod_uid=f"uid-{i}", node="n1") for i in range(3)]
+    inflight = FakeInFlight({b.pod_uid: InFlightBind(pod=b.pod, pod_uid=b.pod_uid, node="n1", plan_id="plan-1",
+                                                     expires_at=1e12) for b in binds})
+    kube, bus, seen = FakeKube(pods(3)), GatedBus(), FakeSeen()
+    b = binder(kube, inflight, bus, seen, parallel=1)  # one bind at a time: an awaited publish would block the next
+    task = asyncio.create_task(b.on_plan(plan_of(binds), DELIVERY))
+
+    async def until(check):
+        for _ in range(200):
+            if check():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("timed out")
+
+    await until(lambda: len(kube.bound) == 3)  # every bind went out while no publish had completed
+    assert bus.done == [] and seen.marked == [] and not task.done()
+    bus.gate.set()
+    await asyncio.wait_for(task, 5)
+    assert seen.marked == ["plan-1"]
+    results = [m for _, m in bus.done if isinstance(m, BindResult)]
+    assert sorted(r.pod for r in results) == ["ns/p0", "ns/p1", "ns/p2"] and all(r.ok for r in results)
+    assert len(bus.done) == 6  # a BindResult and a "bound" decision per pod
+
+
+async def test_a_bind_reads_no_pod_and_its_event_names_the_ops_uid():
+    op = Bind(pod="ns/p0", pod_uid="uid-0", node="n1")
+    inflight = FakeInFlight({"uid-0": InFlightBind(pod=op.pod, pod_uid="uid-0", node="n1", plan_id="plan-1",
+                                                   expires_at=1e12)})
+    kube, bus = FakeKube(pods(1)), GatedBus()
+    bus.gate.set()
+    await binder(kube, inflight, bus).on_plan(plan_of([op]), DELIVERY)
+    assert [c for c in kube.calls if c[0] == "get"] == []
+    assert kube.calls == [("create", "pods", "binding"), ("create", "events", None)]
+    (event,) = kube.created_events
+    assert event["reason"] == "Scheduled" and event["involvedObject"]["uid"] == "uid-0"
+
+
+async def test_an_unschedulable_pod_is_read_once_for_its_event_and_condition():
+    op = PodEvent(pod="ns/p0", reason="Unschedulable", message="no node fits")
+    kube, bus = FakeKube(pods(1)), GatedBus()
+    bus.gate.set()
+    await binder(kube, FakeInFlight({}), bus).on_plan(plan_of([op]), DELIVERY)
+    assert [c for c in kube.calls if c[0] == "get"] == [("get", "pods", "ns/p0")]
+    assert ("patch", "pods", "status") in kube.calls
+    assert kube.created_events[0]["involvedObject"]["uid"] == "uid-0"
+
+
+async def test_a_failed_publish_fails_the_plan_so_it_is_redelivered():
+    op = Bind(pod="ns/p0", pod_uid="uid-0", node="n1")
+    inflight = FakeInFlight({"uid-0": InFlightBind(pod=op.pod, pod_uid="uid-0", node="n1", plan_id="plan-1",
+                                                   expires_at=1e12)})
+
+    class BrokenBus:
+        async def publish(self, topic, message, *, key=None, headers=None):
+            raise ConnectionError("kafka down")
+
+    seen = FakeSeen()
+    b = binder(FakeKube(pods(1)), inflight, BrokenBus(), seen)
+    with pytest.raises(ConnectionError):
+        await b.on_plan(plan_of([op]), DELIVERY)
+    assert seen.marked == [] and b._publishing == {}
