@@ -6,6 +6,7 @@ planner at a time. In-flight binds are read BEFORE the snapshot (see shoal.adapt
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -79,9 +80,12 @@ class Planner:
         await self.inflight.add(shard, inflight_entries(plan, now_s=time.time(), ttl_s=self.inflight_ttl_s))
         issued = PlanIssued(meta=new_meta("planner", revision=latest.revision, id=plan.plan_id), shard=shard,
                             plan_id=plan.plan_id, revision=latest.revision, ops=plan.ops, queues=plan.queues)
-        await self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard)
-        for event in decisions(plan, shard):
-            await self.bus.publish(topics.DECISIONS.full(self.topic_prefix), event, key=shard)
+        # the plan and its decisions go out together (the producer batches them); all are awaited before the
+        # revision counts as planned and the announcement's offset is committed
+        decision_topic = topics.DECISIONS.full(self.topic_prefix)
+        await asyncio.gather(self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard),
+                             *(self.bus.publish(decision_topic, event, key=shard)
+                               for event in decisions(plan, shard)))
         self.last_planned[shard] = latest.revision
         self._plans.labels(shard).inc()
         for kind in (Bind, Pipeline, Evict, SetCondition):

@@ -1,0 +1,100 @@
+"""The planner publishes a plan and its decisions together, and counts the revision only once all are out."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from services.planner.handlers import Planner
+from shoal.adapters.kafka import Delivery
+from shoal.adapters.snapshot_store import Versioned
+from shoal.messages.base import new_meta
+from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.metrics import Metrics
+
+NOW = "2026-01-01T00:00:00Z"
+DELIVERY = Delivery(topic="snapshots", partition=0, offset=0, key=None, headers=(), timestamp_ms=0)
+QUEUE = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"},
+         "spec": {"resources": {"gpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}}
+
+
+def pending_pod(i: int) -> list[dict]:
+    """A one-GPU pod and its PodGroup; with no node in the shard it is unschedulable (a decision per group)."""
+    return [{"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+             "metadata": {"name": f"pg{i}", "namespace": "ns"}, "spec": {"minMember": 1, "queue": "q"}},
+            {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"u{i}", "annotations": {"pod-group-name": f"pg{i}"},
+                          "labels": {"kai.scheduler/queue": "q"}},
+             "spec": {"schedulerName": "shoal-scheduler",
+                      "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+             "status": {"phase": "Pending"}}]
+
+
+class Store:
+    def __init__(self, snap: ClusterSnapshot):
+        self.snap = snap
+
+    async def latest(self, shard):
+        return Versioned(self.snap.revision, self.snap)
+
+
+class NoFairShare:
+    async def get(self, shard):
+        return None
+
+
+class InFlight:
+    async def all(self, shard):
+        return []
+
+    async def add(self, shard, entries):
+        pass
+
+
+class Bus:
+    """Each publish waits until `need` publishes are in flight at once: sequential awaits never get there."""
+
+    def __init__(self, need: int):
+        self.need = need
+        self.in_flight = 0
+        self.enough = asyncio.Event()
+        self.topics: list[str] = []
+
+    async def publish(self, topic, message, *, key=None, headers=None):
+        self.in_flight += 1
+        if self.in_flight >= self.need:
+            self.enough.set()
+        await self.enough.wait()
+        self.topics.append(topic)
+        return 0, len(self.topics)
+
+
+async def test_plan_and_decisions_are_published_concurrently_then_the_revision_counts():
+    objects = (QUEUE, *pending_pod(1), *pending_pod(2))
+    snap = ClusterSnapshot(shard="pool", revision=3, taken_at=NOW, objects=objects)
+    bus = Bus(need=3)  # the plan and two unschedulable decisions
+    planner = Planner(shard_filter=frozenset(), store=Store(snap), fair_shares=NoFairShare(), inflight=InFlight(),
+                      bus=bus, metrics=Metrics())
+    announced = SnapshotPublished(meta=new_meta("snapshotter", revision=3), shard="pool", revision=3, nodes=0,
+                                  pods=2, pending_pods=2)
+    await asyncio.wait_for(planner.on_snapshot(announced, DELIVERY), 5)
+    assert bus.topics.count("shoal.plans.v1") == 1
+    assert bus.topics.count("shoal.decisions.v1") >= 2
+    assert planner.last_planned == {"pool": 3}
+
+
+async def test_a_failed_publish_leaves_the_revision_unplanned():
+    snap = ClusterSnapshot(shard="pool", revision=4, taken_at=NOW, objects=(QUEUE, *pending_pod(1)))
+
+    class Broken:
+        async def publish(self, topic, message, *, key=None, headers=None):
+            raise ConnectionError("kafka down")
+
+    planner = Planner(shard_filter=frozenset(), store=Store(snap), fair_shares=NoFairShare(), inflight=InFlight(),
+                      bus=Broken(), metrics=Metrics())
+    announced = SnapshotPublished(meta=new_meta("snapshotter", revision=4), shard="pool", revision=4, nodes=0,
+                                  pods=1, pending_pods=1)
+    with pytest.raises(ConnectionError):
+        await planner.on_snapshot(announced, DELIVERY)
+    assert planner.last_planned == {}
