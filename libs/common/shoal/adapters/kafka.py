@@ -32,7 +32,14 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    KafkaConnectionError,
+    KafkaError,
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+)
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import ConsumerRecord
 
@@ -53,6 +60,10 @@ _encoder = msgspec.json.Encoder()
 Outcome = Literal["transient", "permanent", "fatal"]
 
 HANDLER_RETRY = RetryPolicy(attempts=3, initial_s=0.2, max_backoff_s=2.0)
+# The idempotent producer's sequence numbers no longer match the broker's (e.g. a batch expired while the
+# broker was down): every later send of that producer fails. A fresh producer (new producer id) fixes it.
+PRODUCER_STATE_ERRORS = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch,
+                         InvalidProducerIdMapping)
 
 
 def dlq_topic(topic: str) -> str:
@@ -122,9 +133,33 @@ class Publisher:
     """An idempotent producer (acks=all) that publishes msgspec Structs as JSON."""
 
     def __init__(self, settings: KafkaSettings, *, linger_ms: int = 0) -> None:
-        self._producer = AIOKafkaProducer(**client_options(settings), acks="all", enable_idempotence=True,
-                                          linger_ms=linger_ms)
+        self._settings = settings
+        self._linger_ms = linger_ms
+        self._producer = self._new_producer()
         self._started = False
+        self._resetting = asyncio.Lock()
+
+    def _new_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(**client_options(self._settings), acks="all", enable_idempotence=True,
+                                linger_ms=self._linger_ms)
+
+    async def _reset(self, broken: AIOKafkaProducer, error: KafkaError) -> None:
+        """Replace a producer whose idempotence state the broker rejects (once, however many sends saw it)."""
+        async with self._resetting:
+            if self._producer is not broken or not self._started:
+                return
+            log.warning("kafka_producer_reset", error=str(error))
+            fresh = self._new_producer()
+            try:
+                await fresh.start()
+            except KafkaError as exc:
+                await fresh.stop()
+                raise kafka_error(exc) from exc
+            self._producer = fresh
+            try:
+                await broken.stop()
+            except KafkaError as exc:
+                log.warning("kafka_producer_stop_failed", error=str(exc))
 
     async def start(self) -> None:
         try:
@@ -160,11 +195,19 @@ class Publisher:
             pairs = [(k, v.encode() if isinstance(v, str) else v) for k, v in headers.items()]
         else:
             pairs = list(headers or ())
-        try:
-            meta = await self._producer.send_and_wait(topic, value, key=_key_bytes(key), headers=pairs or None)
-        except KafkaError as exc:
-            raise kafka_error(exc) from exc
-        return meta.partition, meta.offset
+        for attempt in (1, 2):
+            producer = self._producer
+            try:
+                meta = await producer.send_and_wait(topic, value, key=_key_bytes(key), headers=pairs or None)
+            except PRODUCER_STATE_ERRORS as exc:
+                if attempt == 2:
+                    raise kafka_error(exc) from exc
+                await self._reset(producer, exc)
+            except KafkaError as exc:
+                raise kafka_error(exc) from exc
+            else:
+                return meta.partition, meta.offset
+        raise AssertionError("unreachable")
 
 
 class Delivery(msgspec.Struct, frozen=True):

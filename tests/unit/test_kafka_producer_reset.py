@@ -1,0 +1,89 @@
+"""Publisher replaces an idempotent producer whose sequence state the broker rejects, and sends again.
+
+Seen for real when Kafka restarts mid-burst (tests/e2e/test_faults_kafka.py): a batch expires while the broker
+is down, the producer's sequence numbers no longer match, and every later send fails with
+OutOfOrderSequenceNumber; without the reset a planner or binder dead-letters every message from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import msgspec
+import pytest
+from aiokafka.errors import KafkaConnectionError, OutOfOrderSequenceNumber
+
+from shoal.adapters import kafka
+from shoal.errors import PermanentError, TransientError
+from shoal.settings import KafkaSettings
+
+
+class Note(msgspec.Struct, frozen=True):
+    text: str
+
+
+class FakeProducer:
+    def __init__(self, failures: list[BaseException]) -> None:
+        self.failures = list(failures)
+        self.sent: list[bytes] = []
+        self.started = self.stopped = False
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def send_and_wait(self, topic: str, value: bytes, **_kw: object) -> SimpleNamespace:
+        await asyncio.sleep(0)
+        if self.failures:
+            raise self.failures.pop(0)
+        self.sent.append(value)
+        return SimpleNamespace(partition=0, offset=len(self.sent) - 1)
+
+
+def publisher(first: FakeProducer, later: list[FakeProducer]) -> kafka.Publisher:
+    pub = kafka.Publisher(KafkaSettings())
+    pub._producer = first  # type: ignore[assignment]
+    pub._new_producer = lambda: later.pop(0)  # type: ignore[method-assign]
+    pub._started = True
+    return pub
+
+
+async def test_out_of_order_sequence_resets_the_producer_and_sends_again() -> None:
+    broken = FakeProducer([OutOfOrderSequenceNumber()] * 5)
+    fresh = FakeProducer([])
+    pub = publisher(broken, [fresh])
+
+    assert await pub.publish("t", Note("a")) == (0, 0)
+
+    assert fresh.started and broken.stopped
+    assert fresh.sent == [b'{"text":"a"}']
+    assert await pub.publish("t", Note("b")) == (0, 1)
+
+
+async def test_concurrent_senders_reset_once() -> None:
+    broken = FakeProducer([OutOfOrderSequenceNumber()] * 3)
+    fresh = FakeProducer([])
+    pub = publisher(broken, [fresh])  # a second reset would find no producer to create
+
+    await asyncio.gather(*(pub.publish("t", Note(str(i))) for i in range(3)))
+
+    assert len(fresh.sent) == 3
+
+
+async def test_a_fresh_producer_failing_the_same_way_is_a_permanent_error() -> None:
+    pub = publisher(FakeProducer([OutOfOrderSequenceNumber()]), [FakeProducer([OutOfOrderSequenceNumber()])])
+
+    with pytest.raises(PermanentError, match="OutOfOrderSequenceNumber"):
+        await pub.publish("t", Note("a"))
+
+
+async def test_connection_errors_are_transient_and_keep_the_producer() -> None:
+    producer = FakeProducer([KafkaConnectionError("down")])
+    pub = publisher(producer, [])
+
+    with pytest.raises(TransientError):
+        await pub.publish("t", Note("a"))
+    assert pub._producer is producer and not producer.stopped
