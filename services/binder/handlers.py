@@ -43,6 +43,17 @@ log = get_logger("services.binder")
 CORE_EVENTS = k.Resource("", "v1", "events", "Event")
 
 
+@dataclass(frozen=True)
+class BindNotice:
+    """The event about a bind (Scheduled, BindingError), posted after the plan's binds: the op named the uid."""
+
+    pod: str
+    pod_uid: str
+    reason: str
+    message: str
+    type: str
+
+
 @dataclass
 class Binder:
     kube: k.Kube
@@ -60,6 +71,7 @@ class Binder:
     _events: dict[tuple, float] = field(default_factory=dict)
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
+    _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -75,20 +87,31 @@ class Binder:
         # Reservations first, then binds, then everything else; within a phase ops are independent of
         # each other (two binds into one new shared GPU both find its single reservation pod), so they
         # run concurrently, bounded by `parallel`.
+        started, phases = time.perf_counter(), []
         reserves = [op for op in plan.ops if isinstance(op, Reserve)]
         binds = [op for op in plan.ops if isinstance(op, Bind)]
         rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
         # BindResults and decisions are sent without waiting for each (the producer batches them) and awaited
         # together at the end of each phase: the plan is marked seen, and its offset committed, only after.
+        # The binds' own events go with the last phase, so the bind phase holds nothing but the bindings.
         try:
             for phase in (reserves, binds, rest):
+                if phase is rest:
+                    phase = [*rest, *self._notices.pop(plan.plan_id, [])]
                 await self._concurrently(plan, phase)
                 await self._flush(plan.plan_id)
+                phases.append(round(time.perf_counter() - started, 3))
         finally:
+            self._notices.pop(plan.plan_id, None)
             for task in self._publishing.pop(plan.plan_id, []):
                 task.cancel()  # a phase failed: the plan is redelivered, and consumers tolerate duplicates
         await self.queue_statuses(plan)
         await self.seen.mark(plan.plan_id)
+        log.info("plan_applied", shard=plan.shard, plan_id=plan.plan_id, revision=plan.revision,
+                 reservations=len(reserves), binds=len(binds),
+                 other_ops=sorted({type(op).__name__ for op in rest}),
+                 phases_s=phases,
+                 seconds=round(time.perf_counter() - started, 3))
 
     async def queue_statuses(self, plan: PlanIssued) -> None:
         """Queue.status from the plan's figures, written only when it changed. Figures are per shard: a queue
@@ -117,6 +140,8 @@ class Binder:
             await self.bind(plan, op)
         elif isinstance(op, Reserve):
             await self.ensure_reservation(op.node, op.gpu_group)
+        elif isinstance(op, BindNotice):
+            await self.event("Pod", op.pod, op.reason, op.message, op.type, uid=op.pod_uid)
         elif isinstance(op, Pipeline):
             await self.event("Pod", op.pod, "Pipelined", f"Pod {op.pod} was pipelined to node {op.node}", "Normal")
         elif isinstance(op, Evict):
@@ -174,9 +199,9 @@ class Binder:
         if op.gpu_groups:
             self._decision("gpu-shared", plan, op.pod, {"node": op.node, "gpuGroups": list(op.gpu_groups),
                                                         "fraction": op.fraction})
-        await self.event("Pod", op.pod, "Scheduled",  # the op names the pod's uid: no read of the pod
-                         f"Successfully assigned pod {op.pod} to node {op.node} at node-pool {pool}", "Normal",
-                         uid=op.pod_uid)
+        self._notice(plan, BindNotice(op.pod, op.pod_uid, "Scheduled",
+                                      f"Successfully assigned pod {op.pod} to node {op.node} at node-pool {pool}",
+                                      "Normal"))
 
     async def _bind_failed(self, plan: PlanIssued, op: Bind, error: str) -> None:
         self._binds.labels("failed").inc()
@@ -184,8 +209,11 @@ class Binder:
         await self.inflight.remove(plan.shard, [op.pod_uid])
         self._result(plan, op, ok=False, error=error)
         self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error})
-        await self.event("Pod", op.pod, "BindingError", f"Failed to bind pod {op.pod} to node {op.node}: {error}",
-                         "Warning", uid=op.pod_uid)
+        self._notice(plan, BindNotice(op.pod, op.pod_uid, "BindingError",
+                                      f"Failed to bind pod {op.pod} to node {op.node}: {error}", "Warning"))
+
+    def _notice(self, plan: PlanIssued, notice: BindNotice) -> None:
+        self._notices.setdefault(plan.plan_id, []).append(notice)
 
     # ---- shared GPUs -----------------------------------------------------------------------------
     async def prepare_fraction(self, op: Bind) -> None:

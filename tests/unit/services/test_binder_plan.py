@@ -159,3 +159,15 @@ async def test_a_failed_publish_fails_the_plan_so_it_is_redelivered():
     with pytest.raises(ConnectionError):
         await b.on_plan(plan_of([op]), DELIVERY)
     assert seen.marked == [] and b._publishing == {}
+
+
+async def test_every_binding_goes_out_before_the_binds_events():
+    binds = [Bind(pod=f"ns/p{i}", pod_uid=f"uid-{i}", node="n1") for i in range(3)]
+    inflight = FakeInFlight({b.pod_uid: InFlightBind(pod=b.pod, pod_uid=b.pod_uid, node="n1", plan_id="plan-1",
+                                                     expires_at=1e12) for b in binds})
+    kube, bus = FakeKube(pods(3)), GatedBus()
+    bus.gate.set()
+    await binder(kube, inflight, bus, parallel=1).on_plan(plan_of(binds), DELIVERY)
+    kinds = [c[2] if c[2] else c[1] for c in kube.calls]
+    assert kinds == ["binding"] * 3 + ["events"] * 3
+    assert sorted(e["involvedObject"]["uid"] for e in kube.created_events) == ["uid-0", "uid-1", "uid-2"]
