@@ -1,8 +1,9 @@
 """Mirror → one snapshot per shard per period (debounced), stored in Redis, announced on Kafka.
 
 Decisions in flight are read from Redis and carried in the snapshot; entries the cluster now shows
-done (pod bound or gone) or that expired are removed here, at build time, so a planner that reads
-the in-flight hash before the latest snapshot never sees a pod as both unbound and not in flight.
+done (pod bound or gone) or that expired are removed here, right after the snapshot that shows them
+done is stored, so a planner that reads the in-flight hash before the latest snapshot never sees a pod as
+both unbound and not in flight.
 """
 
 from __future__ import annotations
@@ -87,7 +88,6 @@ class Snapshotter:
         pods = {(o.get("metadata") or {}).get("uid", ""): o for o in objects if o.get("kind") == "Pod"}
         entries = await self.inflight.all(shard)
         done = [e.pod_uid for e in entries if settled(e, pods, now_s)]
-        await self.inflight.remove(shard, done)
         live = tuple(e for e in entries if e.pod_uid not in set(done))
         revision = await self._next_revision(shard)
         snap = ClusterSnapshot(shard=shard, revision=revision,
@@ -98,6 +98,10 @@ class Snapshotter:
         if not await self.store.publish(shard, revision, snap):
             self.revisions.pop(shard, None)  # someone else is ahead (another replica): re-read next time
             return
+        # only now that the snapshot showing them bound is the latest: a planner that no longer finds an
+        # entry must read a snapshot with its bind (removed earlier, it could read the previous snapshot
+        # and book the pod's resources a second time)
+        await self.inflight.remove(shard, done)
         pending = sum(1 for o in snap.objects if o["kind"] == "Pod" and not o.get("spec", {}).get("nodeName"))
         nodes = sum(1 for o in snap.objects if o["kind"] == "Node")
         announced = SnapshotPublished(meta=new_meta("snapshotter", revision=revision), shard=shard,
