@@ -16,6 +16,17 @@ K8S = REPO / "deploy" / "k8s"
 OVERLAYS = {"base": K8S / "base", "dev": K8S / "overlays" / "dev", "prod": K8S / "overlays" / "prod"}
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SERVICES = ("snapshotter", "podgrouper", "fairshare", "planner", "binder", "nodeagent", "admission", "api")
+SYSTEM_NS = "shoal-system"  # every service, Pod Security `restricted`
+NODE_NS = "shoal-node"  # the node agent alone, Pod Security `privileged` (hostPID, KILL, SYS_PTRACE)
+
+
+def service_namespace(service: str) -> str:
+    return NODE_NS if service == "nodeagent" else SYSTEM_NS
+
+
+def service_account(service: str) -> str:
+    """The identity a service's pods act as."""
+    return f"system:serviceaccount:{service_namespace(service)}:shoal-{service}"
 
 
 def kubectl_path() -> Path:

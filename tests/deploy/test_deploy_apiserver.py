@@ -4,10 +4,12 @@ so that namespaced and CRD-backed objects validate too."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from deploy_support import FIXTURES, Installed, Kubectl, wait_gone
+from deploy_support import FIXTURES, NODE_NS, SYSTEM_NS, Installed, Kubectl, wait_gone
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +43,9 @@ def test_overlay_passes_server_side_dry_run(
     out = dry_run(installed_base.kube, rendered_text[overlay])
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert len([ln for ln in lines if "(server dry run)" in ln]) == len(rendered[overlay]), out
-    # shoal-system enforces the restricted Pod Security profile: nothing may even warn
-    assert "would violate PodSecurity" not in out, out
+    # shoal-system enforces the restricted Pod Security profile: nothing there may even warn; shoal-node
+    # (the node agent alone) is privileged and does not warn either
+    assert "PodSecurity" not in out, out
     # no API in use is deprecated or unknown to this Kubernetes version
     assert "deprecated" not in out.lower() and "unknown field" not in out, out
 
@@ -72,3 +75,35 @@ spec: {resources: {gpu: {quota: "two"}}}
     proc = installed_base.kube.run("apply", "--server-side", "--dry-run=server", "-f", "-", stdin=bad_queue,
                                    check=False)
     assert proc.returncode != 0 and "spec.resources.gpu.quota" in proc.stderr
+
+
+def agent_pod(rendered: dict[str, list[dict]], namespace: str, account: str) -> str:
+    """A Pod with the prod node-agent DaemonSet's pod template, as the DaemonSet controller would create it."""
+    [ds] = [d for d in rendered["prod"] if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "shoal-nodeagent"]
+    template: dict[str, Any] = ds["spec"]["template"]
+    spec = {**template["spec"], "serviceAccountName": account, "nodeName": "node-psa-check"}
+    del spec["runtimeClassName"]  # the suite's cluster has no `nvidia` RuntimeClass; it is no security setting
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+           "metadata": {"name": "shoal-nodeagent-psa-check", "namespace": namespace, **template["metadata"]}}
+    return json.dumps(pod)
+
+
+def test_node_agent_pod_is_admitted_only_in_its_privileged_namespace(
+    installed_base: Installed, rendered: dict[str, list[dict]],
+) -> None:
+    """Pod Security is enforced on pods: the node agent's real pod (hostPID, uid 0, KILL/SYS_PTRACE/
+    DAC_READ_SEARCH) is admitted in shoal-node without a warning and refused in restricted shoal-system, which
+    is why it has a namespace of its own."""
+    kube = installed_base.kube
+    ok = kube.run("apply", "--server-side", "--dry-run=server", "--validate=strict",
+                  "--field-manager=shoal-deploy-tests", "-f", "-",
+                  stdin=agent_pod(rendered, NODE_NS, "shoal-nodeagent"), check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "(server dry run)" in ok.stdout and "PodSecurity" not in ok.stdout + ok.stderr, ok.stdout + ok.stderr
+    # in shoal-system under an account that exists there, so that only Pod Security can refuse it
+    denied = kube.run("apply", "--server-side", "--dry-run=server", "--field-manager=shoal-deploy-tests",
+                      "-f", "-", stdin=agent_pod(rendered, SYSTEM_NS, "shoal-api"), check=False)
+    assert denied.returncode != 0
+    assert 'violates PodSecurity "restricted' in denied.stderr, denied.stderr
+    for reason in ("hostPID=true", "KILL", "SYS_PTRACE", "DAC_READ_SEARCH", "runAsUser=0"):
+        assert reason in denied.stderr, f"{reason} not among the refusal's reasons: {denied.stderr}"

@@ -1,6 +1,7 @@
 """Least privilege, proven against the real apiserver: Shoal's RBAC is applied for real and each service
-account is impersonated with `kubectl auth can-i --as system:serviceaccount:shoal-system:<sa>` for what the
-service needs (must be allowed) and for a representative set of things it must not do (must be denied)."""
+account is impersonated with `kubectl auth can-i --as system:serviceaccount:<namespace>:<sa>` (shoal-system,
+or shoal-node for the node agent) for what the service needs (must be allowed) and for a representative set of
+things it must not do (must be denied)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from typing import NamedTuple
 
 import pytest
 import yaml
-from deploy_support import SERVICES, Installed, exists, wait_gone
+from deploy_support import (
+    SERVICES,
+    SYSTEM_NS,
+    Installed,
+    exists,
+    service_account,
+    service_namespace,
+    wait_gone,
+)
 
 RES_NS = "kai-resource-reservation"
 USER_NS = "team-a"  # any workload namespace (need not exist for an RBAC check)
@@ -62,6 +71,8 @@ MUST_ALLOW: dict[str, list[Check]] = {
     "nodeagent": [
         *reads("pods"), c("patch", "pods", RES_NS), c("create", "events"), c("create", "events.events.k8s.io"),
         *reads("nodes"),
+        # MPS/time-slicing: the fraction pods' env ConfigMaps, in whatever namespace the workload runs
+        *[c(v, "configmaps", ns) for v in ("get", "create", "patch") for ns in (USER_NS, None)],
     ],
     "admission": [*reads("runtimeclasses.node.k8s.io"), *reads("queues.scheduling.run.ai"), c("get", "pods"),
                   c("list", "pods"), c("create", "events")],
@@ -90,7 +101,11 @@ MUST_DENY: dict[str, list[Check]] = {
                c("delete", "configmaps"), c("create", "deployments.apps")],
     "nodeagent": [c("delete", "pods"), c("delete", "pods", RES_NS), c("patch", "pods"), c("create", "pods/eviction"),
                   c("create", "pods/binding"), c("patch", "nodes", None), c("update", "nodes", None),
-                  c("patch", "podgroups.scheduling.run.ai")],
+                  c("patch", "podgroups.scheduling.run.ai"),
+                  # env ConfigMaps: written, never removed, updated wholesale or enumerated; no secrets at all
+                  c("delete", "configmaps"), c("delete", "configmaps", None), c("update", "configmaps"),
+                  c("list", "configmaps", None), c("watch", "configmaps"), c("create", "secrets"),
+                  c("patch", "secrets"), c("delete", "secrets")],
     "admission": [c("create", "pods"), c("patch", "pods"), c("delete", "pods"), c("watch", "pods"),
                   c("update", "queues.scheduling.run.ai", None), c("patch", "events")],
     "api": [c("delete", "pods"), c("patch", "podgroups.scheduling.run.ai"), c("create", "pods"),
@@ -143,11 +158,12 @@ def owner_kinds(installed_base: Installed) -> Iterator[None]:
             wait_gone(kube, "crd", crd["metadata"]["name"])
 
 
-async def can_i(installed: Installed, service: str, check: Check, gate: asyncio.Semaphore) -> bool:
+async def can_i(installed: Installed, service: str, check: Check, gate: asyncio.Semaphore,
+                identity: str | None = None) -> bool:
     kube = installed.kube
     resource, _, sub = check.resource.partition("/")
     args = [str(kube.binary), "--cache-dir", str(kube.cache_dir), "--kubeconfig", str(kube.kubeconfig),
-            "auth", "can-i", check.verb, resource, "--as", f"system:serviceaccount:shoal-system:shoal-{service}"]
+            "auth", "can-i", check.verb, resource, "--as", identity or service_account(service)]
     if sub:
         args.append(f"--subresource={sub}")
     args += ["--all-namespaces"] if check.namespace is None else ["-n", check.namespace]
@@ -163,16 +179,34 @@ async def can_i(installed: Installed, service: str, check: Check, gate: asyncio.
     return answer == "yes"
 
 
-async def answers(installed: Installed, service: str, checks: list[Check]) -> dict[Check, bool]:
+async def answers(installed: Installed, service: str, checks: list[Check],
+                  identity: str | None = None) -> dict[Check, bool]:
     gate = asyncio.Semaphore(6)
-    results = await asyncio.gather(*(can_i(installed, service, ch, gate) for ch in checks))
+    results = await asyncio.gather(*(can_i(installed, service, ch, gate, identity) for ch in checks))
     return dict(zip(checks, results, strict=True))
 
 
 def test_every_service_has_its_own_account(installed_base: Installed) -> None:
-    accounts = {d["metadata"]["name"] for d in installed_base.objects if d["kind"] == "ServiceAccount"
-                and d["metadata"]["namespace"] == "shoal-system"}
-    assert accounts == {f"shoal-{s}" for s in SERVICES}
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in installed_base.objects
+                if d["kind"] == "ServiceAccount" and d["metadata"]["name"].startswith("shoal-")}
+    assert accounts == {(service_namespace(s), f"shoal-{s}") for s in SERVICES}
+
+
+def test_node_agent_bindings_name_its_shoal_node_account(installed_base: Installed) -> None:
+    """Every binding of the node agent's roles names the account in shoal-node, none a leftover in
+    shoal-system (which would grant nothing to the running agent, or something to a stray account)."""
+    for doc in installed_base.objects:
+        if doc["kind"] in ("ClusterRoleBinding", "RoleBinding") and "nodeagent" in doc["roleRef"]["name"]:
+            assert [(s["namespace"], s["name"]) for s in doc["subjects"]] == [("shoal-node", "shoal-nodeagent")], doc
+
+
+async def test_node_agent_account_in_shoal_system_has_no_rights(installed_base: Installed) -> None:
+    """The identity the node agent had before it moved to shoal-node is granted nothing."""
+    old = f"system:serviceaccount:{SYSTEM_NS}:shoal-nodeagent"
+    checks = [c("get", "pods"), c("list", "nodes", None), c("patch", "pods", RES_NS), c("create", "configmaps"),
+              c("create", "events")]
+    got = await answers(installed_base, "nodeagent", checks, identity=old)
+    assert not any(got.values()), got
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import pytest
-from deploy_support import REPO, SERVICES
+from deploy_support import NODE_NS, REPO, SERVICES, SYSTEM_NS, service_namespace
 
 Docs = list[dict[str, Any]]
 
@@ -38,7 +38,26 @@ def test_overlay_renders_every_service(rendered: dict[str, Docs], overlay: str) 
     assert work["shoal-nodeagent"]["kind"] == "DaemonSet"
     crds = by_kind(docs, "CustomResourceDefinition")
     assert set(crds) == {"queues.scheduling.run.ai", "podgroups.scheduling.run.ai", "topologies.kai.scheduler"}
-    assert set(by_kind(docs, "Namespace")) == {"shoal-system", "kai-resource-reservation"}
+    assert set(by_kind(docs, "Namespace")) == {SYSTEM_NS, NODE_NS, "kai-resource-reservation"}
+    for name, workload in work.items():
+        assert workload["metadata"]["namespace"] == service_namespace(name.removeprefix("shoal-")), name
+
+
+@pytest.mark.parametrize("overlay", ["base", "dev", "prod"])
+def test_only_the_node_agent_runs_in_the_privileged_namespace(rendered: dict[str, Docs], overlay: str) -> None:
+    """shoal-system enforces `restricted`; shoal-node enforces `privileged` (audit still records what
+    `restricted` would refuse) and holds nothing but the node agent, its account and its settings."""
+    docs = rendered[overlay]
+    labels = {n: ns["metadata"]["labels"] for n, ns in by_kind(docs, "Namespace").items()}
+    psa = "pod-security.kubernetes.io/"
+    assert (labels[SYSTEM_NS][psa + "enforce"], labels[SYSTEM_NS][psa + "warn"]) == ("restricted", "restricted")
+    assert labels[NODE_NS][psa + "enforce"] == "privileged"
+    assert labels[NODE_NS][psa + "audit"] == "restricted"
+    in_node_ns = sorted((d["kind"], d["metadata"]["name"]) for d in docs
+                        if d["metadata"].get("namespace") == NODE_NS)
+    assert in_node_ns == [("ConfigMap", "shoal-config"), ("DaemonSet", "shoal-nodeagent"),
+                          *([("Secret", "shoal-credentials")] if overlay == "dev" else []),
+                          ("ServiceAccount", "shoal-nodeagent")]
 
 
 def test_crds_match_kai_groups_versions_scopes(rendered: dict[str, Docs]) -> None:
@@ -105,12 +124,18 @@ def test_workloads_are_hardened_and_probed(rendered: dict[str, Docs], overlay: s
         service = name.removeprefix("shoal-")
         pod = work["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == name
-        assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["securityContext"]["runAsUser"] != 0
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         [c] = pod["containers"]
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert "privileged" not in c["securityContext"]
+        assert not pod.get("hostNetwork") and not pod.get("hostIPC")
+        assert not any("hostPath" in v for v in pod.get("volumes", [])), f"{name} mounts a host path"
+        if not (service == "nodeagent" and overlay == "prod"):  # its privileges: test_node_agent_privileges
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            assert pod["securityContext"]["runAsUser"] != 0
+            assert not pod.get("hostPID"), f"{name} shares the host's PID namespace"
+            assert not c["securityContext"]["capabilities"].get("add"), f"{name} adds capabilities"
         assert c["image"].split("/")[-1].split(":")[0] == name
         assert not c["image"].endswith(":latest")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -124,14 +149,20 @@ def test_workloads_are_hardened_and_probed(rendered: dict[str, Docs], overlay: s
         assert (pod.get("automountServiceAccountToken") is False) == no_api
 
 
+def system_config(docs: Docs) -> dict[str, str]:
+    [config] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "shoal-config"
+                and d["metadata"]["namespace"] == SYSTEM_NS]
+    return config["data"]
+
+
 def test_config_names_the_shared_settings(rendered: dict[str, Docs]) -> None:
     for overlay in ("dev", "prod"):
-        data = by_kind(rendered[overlay], "ConfigMap")["shoal-config"]["data"]
+        data = system_config(rendered[overlay])
         assert data["SHOAL_SCHEDULER_NAME"] == "shoal-scheduler"
         assert data["SHOAL_RESERVATION_NAMESPACE"] == "kai-resource-reservation"
         assert data["SHOAL_KAFKA_BOOTSTRAP"] and data["SHOAL_REDIS_URL"]
         assert not any("PASSWORD" in key for key in data), "passwords belong in shoal-credentials"
-    prod = by_kind(rendered["prod"], "ConfigMap")["shoal-config"]["data"]
+    prod = system_config(rendered["prod"])
     assert prod["SHOAL_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and prod["SHOAL_REDIS_URL"].startswith("rediss://")
     assert "shoal-credentials" in by_kind(rendered["dev"], "Secret")
     assert "shoal-credentials" not in by_kind(rendered["prod"], "Secret"), "prod secrets are created out of band"
@@ -187,6 +218,57 @@ def test_prod_scales_out(rendered: dict[str, Docs]) -> None:
     assert {"shoal-admission", "shoal-planner", "shoal-binder"} <= set(by_kind(rendered["prod"], "PodDisruptionBudget"))
 
 
+def test_node_agent_privileges(rendered: dict[str, Docs]) -> None:
+    """The deployed agent can police GPU memory in other pods (SPEC 2.6) and can do nothing more: host PID
+    namespace to see their processes; uid 0 because Kubernetes gives added capabilities to root only; KILL to
+    signal them; SYS_PTRACE + DAC_READ_SEARCH to read their /proc/<pid>/environ (mode 0400, another uid)."""
+    for overlay in ("base", "prod"):
+        agent = workloads(rendered[overlay])["shoal-nodeagent"]
+        pod = agent["spec"]["template"]["spec"]
+        [c] = pod["containers"]
+        assert agent["metadata"]["namespace"] == NODE_NS
+        assert pod["hostPID"] is True
+        assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (0, False)
+        sc = c["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"], "add": ["KILL", "SYS_PTRACE", "DAC_READ_SEARCH"]}
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # dev (fake GPUs, simulated processes): the same namespace, none of the privileges
+    pod = workloads(rendered["dev"])["shoal-nodeagent"]["spec"]["template"]["spec"]
+    assert pod["hostPID"] is False and pod["securityContext"]["runAsUser"] == 10001
+
+
+@pytest.mark.parametrize("overlay", ["base", "dev", "prod"])
+def test_node_agent_reads_the_same_settings_in_its_namespace(rendered: dict[str, Docs], overlay: str) -> None:
+    """envFrom cannot cross namespaces: shoal-node has its own shoal-config, copied from shoal-system's after
+    the overlay's patches, so the binder and the node agent share one reservation namespace and scheduler
+    name (SPEC 2.8) and the agent serves its probes on 0.0.0.0."""
+    docs = rendered[overlay]
+    configs = {d["metadata"]["namespace"]: d["data"] for d in docs
+               if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "shoal-config"}
+    assert configs[NODE_NS] == configs[SYSTEM_NS]
+    assert configs[NODE_NS]["SHOAL_HTTP_HOST"] == "0.0.0.0"
+    secrets = {d["metadata"]["namespace"]: d.get("data") or {} for d in docs
+               if d["kind"] == "Secret" and d["metadata"]["name"] == "shoal-credentials"}
+    if overlay == "dev":
+        assert "SHOAL_REDIS_PASSWORD" in secrets[SYSTEM_NS]
+        assert secrets[NODE_NS] == {}, "the node agent uses no Redis and dev Kafka has no password"
+    else:
+        assert secrets == {}, "created out of band (docs/deploy.md)"
+
+
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_webhook_failure_policies(rendered: dict[str, Docs], overlay: str) -> None:
+    """Mutation (runtimeClassName injection) fails open, so a webhook outage never blocks a pod for the sake
+    of an optional field; validation fails closed, so no bad fraction annotation or queue gets through."""
+    docs = rendered[overlay]
+    mutating = by_kind(docs, "MutatingWebhookConfiguration")["shoal-admission"]["webhooks"]
+    validating = by_kind(docs, "ValidatingWebhookConfiguration")["shoal-admission"]["webhooks"]
+    assert {w["name"]: w["failurePolicy"] for w in mutating} == {"pods.mutate.shoal.io": "Ignore"}
+    assert {w["name"]: w["failurePolicy"] for w in validating} == {"pods.validate.shoal.io": "Fail",
+                                                                   "queues.validate.shoal.io": "Fail"}
+
+
 SETTINGS = {
     "snapshotter": ("services.snapshotter.app", "SnapshotterSettings"),
     "podgrouper": ("services.podgrouper.app", "PodGrouperSettings"),
@@ -209,14 +291,22 @@ def test_rendered_environment_loads_as_each_services_settings(rendered: dict[str
     from shoal.settings import load_settings
 
     docs = rendered[overlay]
-    env = dict(by_kind(docs, "ConfigMap")["shoal-config"]["data"])
-    secret = by_kind(docs, "Secret").get("shoal-credentials")
-    if secret is not None:
-        env.update({k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()})
-    else:  # prod: created out of band with these keys (docs/deploy.md)
-        env.update({"SHOAL_KAFKA_SASL_PASSWORD": "secret", "SHOAL_REDIS_PASSWORD": "secret"})
     for name, work in workloads(docs).items():
         service = name.removeprefix("shoal-")
+        ns = work["metadata"]["namespace"]  # envFrom reads the ConfigMap and Secret of the pod's namespace
+        [config] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "shoal-config"
+                    and d["metadata"]["namespace"] == ns]
+        env = dict(config["data"])
+        secrets = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "shoal-credentials"
+                   and d["metadata"]["namespace"] == ns]
+        if overlay == "dev":
+            [secret] = secrets
+            env.update({k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()})
+        else:  # prod: created out of band with these keys (docs/deploy.md); shoal-node's without Redis
+            assert secrets == []
+            env["SHOAL_KAFKA_SASL_PASSWORD"] = "secret"
+            if ns == SYSTEM_NS:
+                env["SHOAL_REDIS_PASSWORD"] = "secret"
         module, cls = SETTINGS[service]
         [c] = work["spec"]["template"]["spec"]["containers"]
         pod_env = env | {e["name"]: e.get("value", f"{service}-from-field") for e in c.get("env", [])}
