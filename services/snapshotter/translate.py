@@ -50,7 +50,7 @@ def trim(obj: Mapping) -> dict:
         out["status"] = {k: status[k] for k in ("allocatable", "capacity", "conditions") if status.get(k)}
     else:  # everything but server-side bookkeeping (PriorityClass keeps `value` at the top level)
         out.update({k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")})
-        if kind == "PodGroup" and status:
+        if kind in ("PodGroup", "PodDisruptionBudget") and status:
             out["status"] = status
     return out
 

@@ -109,6 +109,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
     managed: bool = True  # scheduled by Shoal (pods of other schedulers only count as used)
     owner_kind: str | None = None
     owner_name: str | None = None
+    eviction_blocked: bool = False  # a PodDisruptionBudget allows no disruption now (SPEC §2.2)
 
     @property
     def key(self) -> str:

@@ -16,11 +16,13 @@ PodGroup, then uid descending.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
+from shoal.core.model import PodGroup
 from shoal.core.ordering import elastic_state, task_order_key
 from shoal.core.resources import Resources
-from shoal.core.session import ALLOCATED, PIPELINED, RUNNING, Job, SubGroupNode, Task
+from shoal.core.session import ALLOCATED, PIPELINED, RUNNING, Job, Session, SubGroupNode, Task, epoch_of
 
 
 class Chunk:
@@ -48,6 +50,8 @@ def is_victim_candidate(job: Job) -> bool:
     running = False
     for t in job.tasks:
         if t.status == RUNNING:
+            if t.pod.eviction_blocked:  # a PDB allows no disruption now: the Eviction API would refuse
+                return False
             running = True
         elif t.status == ALLOCATED or t.status == PIPELINED:
             return False
@@ -94,39 +98,196 @@ def job_chunks(job: Job, protected: bool = False) -> list[Chunk]:
     return chunks
 
 
-class VictimPool:
-    """Victim candidates of one action run, per leaf queue, each list in victim order (built once).
+Entry = tuple[int, int, float, int]  # (priority, -elastic state, -created, the job's PodGroup position)
 
-    Jobs are re-checked when consumed (`stream`), so one evicted or re-placed earlier in the action is
-    skipped; chunks are built lazily, only for the jobs the solver actually reaches.
+
+def _desc(text: str) -> tuple[int, ...]:
+    """A key whose ascending order is `text`'s descending order (a longer text before its prefix)."""
+    return (*(-ord(ch) for ch in text), 1)
+
+
+class _QueueOrder:
+    """One queue's candidates: a heap of entries, moved lazily into `out` in victim order.
+
+    Only the front of a queue is ever read (the solver stops at the first scenario that works), so the
+    queue is heapified once (linear) and ordered only as far as it is read. Entries that tie on the
+    heap key are ordered by PodGroup uid, then name, both descending, then position.
     """
 
-    def __init__(self, jobs: dict[str, Job], queues: set[str] | dict) -> None:
-        self.by_queue: dict[str, list[tuple[int, Job]]] = {}
-        found = [job for job in jobs.values() if job.queue in queues and is_victim_candidate(job)]
-        # victim order without building reversed strings: ties (uid, name) descending, then a stable
-        # sort on the primary key (priority, above-min first, newest first)
-        found.sort(key=lambda j: (j.group.uid, j.group.name), reverse=True)
-        found.sort(key=lambda j: (j.priority, -elastic_state(j), -j.created))
-        for rank, job in enumerate(found):
-            self.by_queue.setdefault(job.queue, []).append((rank, job))
+    __slots__ = ("heap", "out", "start", "current")
+
+    def __init__(self) -> None:
+        self.heap: list[Entry] = []
+        self.out: list[Entry] = []
+        self.start = 0  # entries before it are no longer candidates
+        self.current: dict[int, Entry] = {}  # re-keyed jobs: their entry now (older ones are stale)
+
+    def at(self, i: int, groups: tuple[PodGroup, ...]) -> Entry | None:
+        out = self.out
+        while len(out) <= i:
+            if not self._extend(groups):
+                return None
+        return out[i]
+
+    def _live(self, e: Entry) -> bool:
+        return not self.current or self.current.get(e[3], e) == e
+
+    def _extend(self, groups: tuple[PodGroup, ...]) -> bool:
+        heap = self.heap
+        while heap:
+            e = heapq.heappop(heap)
+            if not self._live(e):
+                continue
+            batch = [e]
+            head = e[:3]
+            while heap and heap[0][:3] == head:
+                f = heapq.heappop(heap)
+                if self._live(f):
+                    batch.append(f)
+            if len(batch) > 1:  # stable: equal uid and name keep position order
+                batch.sort(key=lambda x: (groups[x[3]].uid, groups[x[3]].name), reverse=True)
+            self.out.extend(batch)
+            return True
+        return False
+
+    def rekey(self, entry: Entry) -> None:
+        self.current[entry[3]] = entry
+        for e in self.out[self.start :]:  # order what was already ordered again, with the new entry
+            heapq.heappush(self.heap, e)
+        self.out = []
+        self.start = 0
+        heapq.heappush(self.heap, entry)
+
+
+def _start_state(running: int, min_member: int) -> int:
+    """elastic_state of a job without subgroups that runs `running` pods and nothing else."""
+    if running < min_member:
+        return 0
+    return 1 if running <= min_member else 2
+
+
+class VictimPool:
+    """The cycle's victim candidates per leaf queue, in victim order, shared by the eviction actions.
+
+    Built once, when the first eviction action asks (`Context.victim_pool`): jobs the session has not
+    made yet are ranked from the build's counts (they run what they ran at the start) and made only
+    when a consumer reaches them. Candidates only drop out after the build (a committed placement or
+    eviction never makes a job a candidate), so jobs are re-checked when consumed; a job whose
+    above-minimum state changed through committed evictions is re-ranked by `refresh()`, which the
+    next action calls before it starts (inside an action the ranks stay fixed).
+    """
+
+    def __init__(self, session: Session, queues: set[str] | dict) -> None:
+        self.index = session.jobs
+        self.groups = groups = session.jobs.groups
+        self.queues = queues
+        self.by_queue: dict[str, _QueueOrder] = {}
+        self.keys: dict[int, Entry] = {}  # ranked from a made job (else from the build's counts)
+        made = self.index.made
+        priority_of = session.priority_of
+        by_queue = self.by_queue
+        for gi, running in Counter(session.running_preemptible).items():
+            if gi in made:
+                continue
+            g = groups[gi]
+            q = g.queue
+            if q not in queues:
+                continue
+            mm = g.min_member
+            c = g.created
+            created = float(c) if type(c) is int else epoch_of(c)
+            order = by_queue.get(q)
+            if order is None:
+                order = by_queue[q] = _QueueOrder()
+            order.heap.append((priority_of(g)[0], -_start_state(running, mm if mm > 0 else 0), -created, gi))
+        for gi, job in made.items():
+            if job.queue in queues and is_victim_candidate(job):
+                e = self.keys[gi] = (job.priority, -elastic_state(job), -job.created, gi)
+                order = by_queue.get(job.queue)
+                if order is None:
+                    order = by_queue[job.queue] = _QueueOrder()
+                order.heap.append(e)
+        for order in by_queue.values():
+            heapq.heapify(order.heap)
+
+    def refresh(self) -> None:
+        """Re-rank the candidates whose elastic state changed since they were ranked."""
+        for gi, job in self.index.made.items():
+            if job.queue not in self.queues or not is_victim_candidate(job):
+                continue
+            before = self.keys.get(gi)
+            if before is None:  # ranked from the build's counts: made later, untouched until now
+                before = (job.priority, -_start_state(job.allocated_at_start, job.root.min_member or 0),
+                          -job.created, gi)
+            now = (job.priority, -elastic_state(job), -job.created, gi)
+            if now != before:
+                self.keys[gi] = now
+                self.by_queue[job.queue].rekey(now)
+
+    def queues_with_victims(self) -> list[str]:
+        """Queues that still hold a candidate, by name."""
+        return [q for q in sorted(self.by_queue) if self.head(q) is not None]
+
+    def head(self, queue: str) -> Entry | None:
+        """The queue's first candidate entry (its priority is the lowest), or None."""
+        order = self.by_queue.get(queue)
+        if order is None:
+            return None
+        self._drop_front(order)
+        return order.at(order.start, self.groups)
+
+    def _drop_front(self, order: _QueueOrder) -> None:
+        """Jobs taken earlier in the cycle stay out of it: drop them from the front."""
+        made = self.index.made
+        while True:
+            e = order.at(order.start, self.groups)
+            if e is None:
+                return
+            job = made.get(e[3])
+            if job is None or is_victim_candidate(job):
+                return
+            order.start += 1
 
     def jobs(self, queues: list[str]) -> Iterator[Job]:
         """Candidate jobs of `queues` merged in victim order, still candidates now."""
-        lists = []
+        groups, job_at = self.groups, self.index.job_at
+        orders = []
         for q in sorted(queues):
-            entries = self.by_queue.get(q)
-            if not entries:
-                continue
-            gone = 0  # jobs already taken in this action stay out of it: drop them from the front
-            while gone < len(entries) and not is_victim_candidate(entries[gone][1]):
-                gone += 1
-            if gone:
-                del entries[:gone]
-            lists.append(entries)
-        for _, job in heapq.merge(*lists, key=lambda e: e[0]):
+            order = self.by_queue.get(q)
+            if order is not None:
+                self._drop_front(order)
+                orders.append(order)
+        if len(orders) == 1:
+            order = orders[0]
+            i = order.start
+            while (e := order.at(i, groups)) is not None:
+                i += 1
+                job = job_at(e[3])
+                if is_victim_candidate(job):
+                    yield job
+            return
+        heads = []
+        for n, order in enumerate(orders):
+            e = order.at(order.start, groups)
+            if e is not None:
+                heads.append((self._full(e), n, order.start))
+        heapq.heapify(heads)
+        while heads:
+            _, n, i = heads[0]
+            order = orders[n]
+            e = order.out[i]
+            following = order.at(i + 1, groups)
+            if following is None:
+                heapq.heappop(heads)
+            else:
+                heapq.heapreplace(heads, (self._full(following), n, i + 1))
+            job = job_at(e[3])
             if is_victim_candidate(job):
                 yield job
+
+    def _full(self, e: Entry) -> tuple:
+        g = self.groups[e[3]]
+        return (e[0], e[1], e[2], _desc(g.uid), _desc(g.name), e[3])
 
 
 def stream(jobs: Iterable[Job], protected: Callable[[Job], bool]) -> Iterator[Chunk]:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import msgspec
+
 from shoal.core.ingest.common import (
     IngestError,
     Problem,
@@ -22,6 +24,7 @@ from shoal.core.ingest.common import (
 )
 from shoal.core.ingest.config import KIND as CONFIG_KIND
 from shoal.core.ingest.config import IngestSettings, config_from
+from shoal.core.ingest.pdbs import blocked_pod_keys
 from shoal.core.ingest.nodes import node_from
 from shoal.core.ingest.podgroups import podgroup_from
 from shoal.core.ingest.pods import pod_from
@@ -147,6 +150,11 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
                       pod_from(o, pod_group=g, subgroup=s, managed=m, now=now_text, binding=b))
         if pod is not None:
             pods[key] = pod
+
+    blocked = blocked_pod_keys((obj for _, obj in by_kind.get("PodDisruptionBudget", [])),
+                               ((k, p.namespace, p.labels) for k, p in pods.items() if p.node_name))
+    for key in blocked:
+        pods[key] = msgspec.structs.replace(pods[key], eviction_blocked=True)
 
     for key, manifest in sorted(generated.items()):
         group = attempt(-1, lambda m=manifest: podgroup_from(m, now_text))
