@@ -24,8 +24,8 @@ from shoal.core.ingest.common import (
 )
 from shoal.core.ingest.config import KIND as CONFIG_KIND
 from shoal.core.ingest.config import IngestSettings, config_from
-from shoal.core.ingest.pdbs import blocked_pod_keys
 from shoal.core.ingest.nodes import node_from
+from shoal.core.ingest.pdbs import blocked_pod_keys
 from shoal.core.ingest.podgroups import podgroup_from
 from shoal.core.ingest.pods import pod_from
 from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
