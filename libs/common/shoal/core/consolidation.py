@@ -55,7 +55,7 @@ def victim_chunks(ctx: Context, job: Job, pool: VictimPool) -> list[Chunk]:
     limit = max(ctx.session.config.max_consolidation_preemptees, 0)
     out: list[Chunk] = []
     taken = 0
-    for victim in pool.jobs(list(pool.by_queue)):
+    for victim in pool.jobs(pool.queues_with_victims()):
         if taken >= limit:
             break
         if victim is job:
@@ -86,7 +86,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     if cfg.max_consolidation_preemptees <= 0 or "spread" in (cfg.gpu_placement, cfg.cpu_placement):
         return
     budget = Budget(ctx, NAME)
-    pool = VictimPool(ctx.session.jobs, ctx.shares)
+    pool = ctx.victim_pool()
     free = [-1, 0]  # [dirty-log length when counted, idle + releasing milli-GPUs]
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
     for job in preemptor_candidates(ctx):

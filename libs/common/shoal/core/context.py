@@ -13,6 +13,7 @@ from shoal.core.queue_order import record_allocation
 from shoal.core.resources import Resources
 from shoal.core.session import Job, Session, Task
 from shoal.core.statement import Op, Statement
+from shoal.core.victims import VictimPool
 
 
 class JobOutcome:
@@ -74,6 +75,16 @@ class Context:
         self.job_ops: dict[str, list[Op]] = {}
         self.status_ops: list = []  # Annotate / PodGroupEvent ops from the eviction actions (core II)
         self.counters: dict[str, int] = {}  # e.g. victims simulated per action, budget stops (core II)
+        self._victims: VictimPool | None = None
+
+    def victim_pool(self) -> VictimPool:
+        """The cycle's victim candidates, built by the first eviction action and re-ranked for each next
+        one (call it when an action starts, with nothing uncommitted)."""
+        if self._victims is None:
+            self._victims = VictimPool(self.session, self.shares)
+        else:
+            self._victims.refresh()
+        return self._victims
 
     def outcome(self, job: Job) -> JobOutcome:
         out = self.outcomes.get(job.key)

@@ -135,7 +135,7 @@ def build_plan(ctx: Context) -> Plan:
     stamp = now_text(snap.now)
     # only jobs with something to report: placed/evicted this cycle, a verdict, or a condition to clear
     keys = set(ctx.job_ops) | set(ctx.outcomes)
-    keys.update(k for k, j in session.jobs.items() if j.group.condition_reason)
+    keys.update(j.key for j in session.jobs.made_jobs() if j.group.condition_reason)  # made by the build
     for key in sorted(keys):
         job = session.jobs[key]
         job_ops = ctx.job_ops.get(key, ())

@@ -70,7 +70,8 @@ def within_limits(ctx: Context, job: Job, tasks: list[Task]) -> bool:
 
 
 def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool) -> bool:
-    if not any(v.priority < job.priority for _, v in pool.by_queue.get(job.queue, ())):
+    head = pool.head(job.queue)
+    if head is None or head[0] >= job.priority:  # no candidate of lower priority in the queue
         return False
     chunks = victim_chunks(ctx, job, pool)
 
@@ -86,7 +87,7 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Vic
 
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     budget = Budget(ctx, NAME)
-    pool = VictimPool(ctx.session.jobs, ctx.shares)
+    pool = ctx.victim_pool()
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
     for job in preemptor_candidates(ctx):
         jq.push(job)

@@ -61,8 +61,8 @@ def level_streams(ctx: Context, job: Job, request: Resources, before: dict[str, 
     """Lazy chunk streams per victim level queue (the leveled filter is decided once per queue)."""
     session, shares = ctx.session, ctx.shares
     groups: dict[str, list[str]] = {}
-    for name in sorted(pool.by_queue):
-        if name == job.queue or not pool.by_queue[name]:
+    for name in pool.queues_with_victims():
+        if name == job.queue:
             continue
         level = reclaimable.leveled(shares, job.queue, name)
         if level is None or not reclaimable.victim_allowed(shares, before, level, request):
@@ -130,7 +130,7 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Vic
 
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     budget = Budget(ctx, NAME)
-    pool = VictimPool(ctx.session.jobs, ctx.shares)
+    pool = ctx.victim_pool()
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
     for job in preemptor_candidates(ctx):
         jq.push(job)

@@ -8,7 +8,10 @@ Queue figures are [cpu_milli, memory_bytes, gpu_milli] lists, the order of `reso
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from datetime import datetime
+from itertools import compress
+from operator import attrgetter
 
 from shoal.core import model
 from shoal.core.model import Node, Pod, PodGroup, Queue, Snapshot
@@ -21,6 +24,13 @@ RUNNING = 3  # bound, binding or running (the cluster shows it on a node)
 RELEASING = 4  # being deleted / evicted in this cycle
 GATED = 5
 ACTIVE = (ALLOCATED, PIPELINED, RUNNING)
+
+_NAMESPACE = attrgetter("namespace")
+_NAME = attrgetter("name")
+_SUBGROUPS = attrgetter("subgroups")
+_CONDITION = attrgetter("condition_reason")
+_STALE = attrgetter("stale_timestamp")
+_MIN_MEMBER = attrgetter("min_member")
 
 GPU_MEMORY_PLACEHOLDER_MIB = 100  # KAI's value when nvidia.com/gpu.memory is missing
 DEVICE_MILLI = 1000
@@ -175,6 +185,7 @@ class Job:
         "created",
         "error",
         "allocated_at_start",
+        "position",
     )
 
     def __init__(self, group: PodGroup, priority: int, preemptible: bool) -> None:
@@ -190,6 +201,7 @@ class Job:
         self.created = float(c) if type(c) is int else epoch_of(c)
         self.error: str | None = None
         self.allocated_at_start = 0
+        self.position = -1  # the PodGroup's position in snapshot.pod_groups (set by the session)
 
     def active_count(self) -> int:
         return sum(1 for t in self.tasks if t.status in ACTIVE)
@@ -217,10 +229,86 @@ class QueueState:
         return not self.children
 
 
-class Session:
-    """Everything the actions read and the statement mutates during one cycle."""
+def _leaf_for(root: SubGroupNode, name: str | None) -> SubGroupNode:
+    """The leaf (sub)group a task naming `name` belongs to; an unknown name goes to the first leaf."""
+    if not root.children:
+        return root
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.name == name and n.is_leaf:
+            return n
+        stack.extend(n.children)
+    n = root
+    while n.children:
+        n = n.children[0]
+    return n
 
-    def __init__(self, snapshot: Snapshot) -> None:
+
+class JobIndex(Mapping[str, Job]):
+    """The cycle's jobs by "ns/name", each made (Job, subgroup tree, Tasks) the first time it is asked for.
+
+    The session's one pass over the pods records where each PodGroup's pods are; it makes up front only
+    the jobs something reads: those with a pending or gated pod, subgroups, a condition to clear, a stale
+    stamp, or a gang below its minimum. The others (at 140k pods, nearly all: running, at or above their
+    minimum) count through the node and queue sums of that pass until an eviction action reaches one as
+    a victim. A job made late is exactly the job an eager build makes: nothing changed it before.
+    Iterating (`values()`, `items()`) makes every job, for tests and tools.
+    """
+
+    def __init__(self, session: Session, groups: tuple[PodGroup, ...]) -> None:
+        self.session = session
+        self.groups = groups
+        # (namespace, name) -> position in snapshot.pod_groups (the last of duplicates, like a dict)
+        self.index: dict[tuple[str, str], int] = dict(
+            zip(zip(map(_NAMESPACE, groups), map(_NAME, groups), strict=True), range(len(groups)), strict=True)
+        )
+        self.first: list[int] = [-1] * len(groups)  # position of the group's first pod in snapshot.pods
+        self.more: dict[int, list[int]] = {}  # positions of its further pods
+        self.made: dict[int, Job] = {}  # group position -> job, in the order they were made
+
+    def position(self, key: str) -> int | None:
+        namespace, _, name = key.partition("/")
+        return self.index.get((namespace, name)) if name else None
+
+    def job_at(self, position: int) -> Job:
+        job = self.made.get(position)
+        if job is None:
+            job = self.made[position] = self.session._make_job(position)
+        return job
+
+    def made_jobs(self) -> list[Job]:
+        return list(self.made.values())
+
+    def pod_positions(self, position: int) -> list[int]:
+        first = self.first[position]
+        if first < 0:
+            return []
+        return [first, *self.more.get(position, ())]
+
+    def __getitem__(self, key: str) -> Job:
+        position = self.position(key)
+        if position is None:
+            raise KeyError(key)
+        return self.job_at(position)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.position(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (f"{namespace}/{name}" for namespace, name in self.index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+class Session:
+    """Everything the actions read and the statement mutates during one cycle.
+
+    `eager_jobs=True` makes every job during the build (the reference the lazy build is tested against).
+    """
+
+    def __init__(self, snapshot: Snapshot, *, eager_jobs: bool = False) -> None:
         self.snapshot = snapshot
         self.config = snapshot.config
         self.now = epoch_of(snapshot.now)
@@ -230,15 +318,20 @@ class Session:
         self.min_gpu_mem = min(mems) if mems else GPU_MEMORY_PLACEHOLDER_MIB
         self.max_gpu_mem = max(mems) if mems else GPU_MEMORY_PLACEHOLDER_MIB
         self.queues: dict[str, QueueState] = {}
-        self.jobs: dict[str, Job] = {}
         self.orphan_pods: list[Pod] = []  # pending pods with no PodGroup
         self.dirty: list[int] = []  # indices of nodes changed by the statement, in order (node index)
         self.pending_jobs: list[Job] = []  # jobs with a pending or gated task, by key
+        # one entry per running pod of a preemptible job: the job's position (victims.VictimPool counts them)
+        self.running_preemptible: list[int] = []
+        classes = {c.name: c for c in snapshot.priority_classes}
+        default = model.global_default_priority(classes)
+        self._priorities = {name: pc.value for name, pc in classes.items()}
+        self._default_priority = default if default is not None else model.DEFAULT_PRIORITY
         self._build_queues(snapshot.queues)
         # own (not rolled-up) figures per queue: [request, allocated, allocated non-preemptible]
         self.own: dict[str, list[list[int]]] = {n: [[0, 0, 0], [0, 0, 0], [0, 0, 0]] for n in self.queues}
-        self._build_jobs(snapshot)
-        self._place_pods(snapshot)
+        self.jobs = JobIndex(self, snapshot.pod_groups)
+        self._place_pods(snapshot, eager_jobs)
 
     # ---- build ---------------------------------------------------------------------------------
     def _build_queues(self, queues: tuple[Queue, ...]) -> None:
@@ -259,140 +352,183 @@ class Session:
                 cur = cur.parent
             qs.chain = chain
 
-    def _build_jobs(self, snapshot: Snapshot) -> None:
-        classes = {c.name: c for c in snapshot.priority_classes}
-        default = model.global_default_priority(classes)
-        values = {name: pc.value for name, pc in classes.items()}
-        fallback = default if default is not None else model.DEFAULT_PRIORITY
-        jobs = self.jobs
-        for g in snapshot.pod_groups:
-            prio = g.priority
-            if prio is None:
-                prio = values.get(g.priority_class_name, fallback)
-            pre = g.preemptibility
-            preemptible = prio < model.NON_PREEMPTIBLE_PRIORITY if not pre else pre == "preemptible"
-            job = Job(g, prio, preemptible)
-            if g.subgroups:
-                nodes = {s.name: SubGroupNode(s.name, s.min_member, s.min_subgroup) for s in g.subgroups}
-                for s in g.subgroups:
-                    parent = nodes.get(s.parent) if s.parent else None
-                    (parent or job.root).children.append(nodes[s.name])
-                for n in (job.root, *nodes.values()):
-                    n.children.sort(key=lambda c: c.name)
-            jobs[job.key] = job
+    def priority_of(self, group: PodGroup) -> tuple[int, bool]:
+        """(priority, preemptible) of a PodGroup (§1.4, §4.8)."""
+        prio = group.priority
+        if prio is None:
+            prio = self._priorities.get(group.priority_class_name, self._default_priority)
+        pre = group.preemptibility
+        return prio, (prio < model.NON_PREEMPTIBLE_PRIORITY if not pre else pre == "preemptible")
 
-    def _place_pods(self, snapshot: Snapshot) -> None:
-        """One pass over the pods: tasks, node occupancy, own per-queue request/allocated figures."""
-        jobs = self.jobs
-        nodes = self.node_by_name
+    def gpu_fair_of(self, pod: Pod) -> int:
+        """The milli-GPUs a pod counts for in its queue's fair-share figures."""
+        frac = pod.fraction
+        if frac is not None:
+            if frac.gpu_memory_mib is not None:
+                return -(-frac.gpu_memory_mib * DEVICE_MILLI // self.min_gpu_mem) * frac.num_devices
+            if frac.portion_milli is not None:
+                return frac.portion_milli * frac.num_devices
+        return pod.gpus * DEVICE_MILLI
+
+    def _place_pods(self, snapshot: Snapshot, eager_jobs: bool) -> None:
+        """One pass over the pods: node occupancy, own per-queue figures, where each job's pods are."""
+        index = self.jobs
+        groups = snapshot.pod_groups
+        find_group = index.index.get
+        first, more = index.first, index.more
+        find_node = self.node_by_name.get
+        find_own = self.own.get
+        priorities, default_priority = self._priorities, self._default_priority
+        np_priority = model.NON_PREEMPTIBLE_PRIORITY
+        candidates = self.running_preemptible
         res_ns = self.config.reservation_namespace
-        min_mem = self.min_gpu_mem
-        max_mem = self.max_gpu_mem
-        own = self.own
-        pending_jobs: dict[str, Job] = {}
+        pending: set[int] = set()
+        blocked: set[int] = set()
         done = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
-        for pod in snapshot.pods:
+        for k, pod in enumerate(snapshot.pods):
             if pod.phase in done:
                 continue
-            pg = pod.pod_group
-            job = jobs.get(f"{pod.namespace}/{pg}") if pg else None
             node_name = pod.node_name
-            node = nodes.get(node_name) if node_name else None
+            node = find_node(node_name) if node_name else None
             if node_name and node is None:
                 continue  # on a node outside this shard / gone
-            task = None
-            if job is not None:
-                task = Task(pod, job)
-                if pod.fraction is not None:
-                    if task.frac_mem is not None:
-                        task.gpu_fair = -(-task.frac_mem * DEVICE_MILLI // min_mem) * task.devices
-                        task.gpu_limit = -(-task.frac_mem * DEVICE_MILLI // max_mem) * task.devices
-                    elif task.frac_milli is not None:
-                        task.gpu_fair = task.gpu_limit = task.frac_milli * task.devices
-                job.tasks.append(task)
-                root = job.root
-                if root.children:
-                    self._attach(job, task)
-                else:
-                    root.tasks.append(task)
-                    task.leaf = root
+            pg = pod.pod_group
+            gi = find_group((pod.namespace, pg)) if pg else None
+            if gi is None:
+                if node is not None:
+                    self._occupy(node, pod, res_ns)
+                elif pod.managed:
+                    self.orphan_pods.append(pod)
+                continue
+            if first[gi] < 0:
+                first[gi] = k
+            else:
+                more.setdefault(gi, []).append(k)
+            group = groups[gi]
             if node is None:
-                if task is None:
-                    if pod.managed:
-                        self.orphan_pods.append(pod)
-                    continue
-                if pod.gated:
-                    task.status = GATED
-                pending_jobs[job.key] = job
-                acc = own.get(job.queue)
+                pending.add(gi)
+                acc = find_own(group.queue)
                 if acc is not None and not pod.gated:
                     req = acc[0]
-                    req[0] += task.cpu
-                    req[1] += task.mem
-                    req[2] += task.gpu_fair
+                    req[0] += pod.cpu_milli
+                    req[1] += pod.memory_bytes
+                    req[2] += self.gpu_fair_of(pod)
                 continue
             if pod.deleting or pod.gpu_groups:
-                self._occupy(node, pod, task, res_ns)
+                self._occupy(node, pod, res_ns)
+                if pod.deleting:
+                    continue  # releasing: counts on its node, not in its queue
             else:  # the common case, inlined: a running pod holding whole resources
-                if task is not None:
-                    task.node = node
-                    task.status = RUNNING
                 node.idle_cpu -= pod.cpu_milli
                 node.idle_mem -= pod.memory_bytes
                 node.idle_pods -= 1
                 node.idle_gpus -= pod.gpus
-            if task is not None and task.status == RUNNING:
-                task.leaf.active += 1
-                job.allocated_at_start += 1
-                acc = own.get(job.queue)
-                if acc is not None:
-                    c, m, gf = task.cpu, task.mem, task.gpu_fair
-                    req, alloc, np = acc
-                    req[0] += c
-                    req[1] += m
-                    req[2] += gf
-                    alloc[0] += c
-                    alloc[1] += m
-                    alloc[2] += gf
-                    if not job.preemptible:
-                        np[0] += c
-                        np[1] += m
-                        np[2] += gf
-        self.pending_jobs = sorted(pending_jobs.values(), key=lambda j: j.key)
-        for name, (req, alloc, np) in own.items():
+            pre = group.preemptibility
+            if pre:
+                preemptible = pre == "preemptible"
+            else:
+                prio = group.priority
+                if prio is None:
+                    prio = priorities.get(group.priority_class_name, default_priority)
+                preemptible = prio < np_priority
+            if preemptible:
+                if pod.eviction_blocked:  # never a victim: made up front, victims.is_victim_candidate says no
+                    blocked.add(gi)
+                else:
+                    candidates.append(gi)
+            acc = find_own(group.queue)
+            if acc is not None:
+                c, m = pod.cpu_milli, pod.memory_bytes
+                gf = pod.gpus * DEVICE_MILLI if pod.fraction is None else self.gpu_fair_of(pod)
+                alloc = acc[1]
+                alloc[0] += c
+                alloc[1] += m
+                alloc[2] += gf
+                if not preemptible:
+                    np = acc[2]
+                    np[0] += c
+                    np[1] += m
+                    np[2] += gf
+        for name, (req, alloc, np) in self.own.items():
+            req[0] += alloc[0]  # a running pod is requested and allocated
+            req[1] += alloc[1]
+            req[2] += alloc[2]
             for qs in self.queues[name].chain:
                 for mine, theirs in ((qs.request, req), (qs.alloc, alloc), (qs.alloc_np, np)):
                     mine[0] += theirs[0]
                     mine[1] += theirs[1]
                     mine[2] += theirs[2]
+        up_front = self._read_up_front(groups, pending | blocked) if not eager_jobs else index.index.values()
+        for gi in sorted(up_front):
+            index.job_at(gi)
+        made = index.made
+        self.pending_jobs = sorted((made[gi] for gi in pending), key=lambda j: j.key)
 
-    def _attach(self, job: Job, task: Task) -> None:
+    def _read_up_front(self, groups: tuple[PodGroup, ...], pending: set[int]) -> set[int]:
+        """Positions of the jobs made during the build (see JobIndex); `pending` also holds those with a
+        pod no eviction may take (PDB)."""
+        index = self.jobs
+        out = set(pending)
+        positions = range(len(groups))
+        pods = self.snapshot.pods
+        for attr in (_SUBGROUPS, _CONDITION, _STALE):
+            out.update(compress(positions, map(attr, groups)))
+        for gi in compress(positions, map((1).__lt__, map(_MIN_MEMBER, groups))):
+            if gi in out:
+                continue
+            on_node = sum(1 for k in index.pod_positions(gi) if pods[k].node_name)
+            if 0 < on_node < groups[gi].min_member:  # a gang below its minimum: stale gang eviction reads it
+                out.add(gi)
+        if len(index.index) != len(groups):  # duplicates: only the surviving (last) PodGroup of a key counts
+            live = set(index.index.values())
+            out &= live
+        return out
+
+    def _make_job(self, gi: int) -> Job:
+        g = self.jobs.groups[gi]
+        prio, preemptible = self.priority_of(g)
+        job = Job(g, prio, preemptible)
+        job.position = gi
         root = job.root
-        if not root.children:
-            root.tasks.append(task)
-            return
-        name = task.subgroup
-        stack = [root]
-        while stack:
-            n = stack.pop()
-            if n.name == name and n.is_leaf:
-                n.tasks.append(task)
-                task.leaf = n
-                return
-            stack.extend(n.children)
-        # a pod naming no known leaf subgroup goes to the first leaf (deterministic)
-        n = root
-        while n.children:
-            n = n.children[0]
-        n.tasks.append(task)
-        task.leaf = n
-
-    def _occupy(self, node: NodeState, pod: Pod, task: Task | None, res_ns: str) -> None:
-        releasing = pod.deleting
-        if task is not None:
-            task.node = node
+        if g.subgroups:
+            nodes = {s.name: SubGroupNode(s.name, s.min_member, s.min_subgroup) for s in g.subgroups}
+            for s in g.subgroups:
+                parent = nodes.get(s.parent) if s.parent else None
+                (parent or root).children.append(nodes[s.name])
+            for n in (root, *nodes.values()):
+                n.children.sort(key=lambda c: c.name)
+        pods = self.snapshot.pods
+        find_node = self.node_by_name.get
+        for k in self.jobs.pod_positions(gi):
+            pod = pods[k]
+            task = Task(pod, job)
+            if pod.fraction is not None:
+                if task.frac_mem is not None:
+                    task.gpu_fair = -(-task.frac_mem * DEVICE_MILLI // self.min_gpu_mem) * task.devices
+                    task.gpu_limit = -(-task.frac_mem * DEVICE_MILLI // self.max_gpu_mem) * task.devices
+                elif task.frac_milli is not None:
+                    task.gpu_fair = task.gpu_limit = task.frac_milli * task.devices
+            job.tasks.append(task)
+            leaf = _leaf_for(root, task.subgroup)
+            leaf.tasks.append(task)
+            task.leaf = leaf
+            node_name = pod.node_name
+            if not node_name:
+                if pod.gated:
+                    task.status = GATED
+                continue
+            task.node = find_node(node_name)
             task.groups = pod.gpu_groups
-            task.status = RELEASING if releasing else RUNNING
+            if pod.deleting:
+                task.status = RELEASING
+            else:
+                task.status = RUNNING
+                leaf.active += 1
+                job.allocated_at_start += 1
+        return job
+
+    def _occupy(self, node: NodeState, pod: Pod, res_ns: str) -> None:
+        releasing = pod.deleting
         if releasing:
             node.rel_cpu += pod.cpu_milli
             node.rel_mem += pod.memory_bytes

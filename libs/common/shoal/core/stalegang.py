@@ -82,8 +82,9 @@ def run(ctx: Context) -> None:
     session = ctx.session
     completing: set[str] | None = None
     stamp_now = rfc3339(session.now)
-    for key in sorted(k for k, job in session.jobs.items() if _may_be_stale(job)):
-        job = session.jobs[key]
+    # jobs the session has not made run what they ran at the start: never stale (session.JobIndex)
+    for job in sorted((j for j in session.jobs.made_jobs() if _may_be_stale(j)), key=lambda j: j.key):
+        key = job.key
         group = job.group
         short = short_leaves(job)
         stale = bool(short) and _active(job.root) > 0

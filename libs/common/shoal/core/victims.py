@@ -222,7 +222,10 @@ class VictimPool:
             now = (job.priority, -elastic_state(job), -job.created, gi)
             if now != before:
                 self.keys[gi] = now
-                self.by_queue[job.queue].rekey(now)
+                order = self.by_queue.get(job.queue)
+                if order is None:
+                    order = self.by_queue[job.queue] = _QueueOrder()
+                order.rekey(now)
 
     def queues_with_victims(self) -> list[str]:
         """Queues that still hold a candidate, by name."""
