@@ -99,6 +99,7 @@ class NodeAgentApp:
         self.inventories: dict[str, GpuInventory] = dict(inventories or {})
         self.agents: dict[str, NodeAgent] = {}
         self.last_published: dict[str, float] = {}
+        self.telemetry_sends: dict[str, asyncio.Task[None]] = {}  # node → its one outstanding send
         self.devices_seen: dict[str, tuple[str, ...]] = {}  # pod uid → GPUs (real mode)
         self.ready = False
         self.config = AgentConfig(
@@ -209,11 +210,25 @@ class NodeAgentApp:
         if self.publisher is not None and now - self.last_published.get(node.name, -1e18) >= \
                 self.settings.telemetry_period_s:
             self.last_published[node.name] = now
-            try:
-                await self.publisher.publish(GPU_USAGE.full(self.settings.topic_prefix), usage, key=node.name)
-            except ShoalError as exc:  # telemetry is best effort: the next period publishes again
-                log.warning("telemetry_publish_failed", node=node.name, error=str(exc))
+            self.send_telemetry(node.name, usage)
         return result
+
+    def send_telemetry(self, node: str, usage: GpuUsage) -> None:
+        """Publish in the background: while Kafka is unreachable a send waits, and the tick (reservation
+        pods' GPUs, policing) must not wait with it. One send per node at a time; samples taken meanwhile
+        are dropped (telemetry is best effort, the next period publishes again)."""
+        pending = self.telemetry_sends.get(node)
+        if pending is not None and not pending.done():
+            log.warning("telemetry_publish_skipped", node=node, reason="previous send still waiting")
+            return
+        self.telemetry_sends[node] = asyncio.create_task(self._send(node, usage), name=f"telemetry:{node}")
+
+    async def _send(self, node: str, usage: GpuUsage) -> None:
+        assert self.publisher is not None
+        try:
+            await self.publisher.publish(GPU_USAGE.full(self.settings.topic_prefix), usage, key=node)
+        except ShoalError as exc:
+            log.warning("telemetry_publish_failed", node=node, error=str(exc))
 
     # ----- actions -------------------------------------------------------------------------------------
     async def act(self, node: NodeView, inv: GpuInventory, agent: NodeAgent, result: TickResult,
@@ -297,6 +312,8 @@ class NodeAgentApp:
                 await asyncio.wait_for(stop.wait(), max(0.0, self.settings.sample_period_s - (loop.time() - started)))
 
     def close(self) -> None:
+        for task in self.telemetry_sends.values():
+            task.cancel()
         for inv in self.inventories.values():
             inv.close()
 
