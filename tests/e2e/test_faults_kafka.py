@@ -59,6 +59,17 @@ async def record_times(bootstrap: str, topic: str) -> list[float]:
     return sorted(out)
 
 
+async def unsettled(kube, namespace) -> str:
+    """What keeps the burst from settling: missing pods, pending pods whose group carries no condition."""
+    items, _ = await kube.list(PODS, namespace=namespace)
+    groups, _ = await kube.list(PODGROUPS, namespace=namespace)
+    conditioned = {g["metadata"]["name"] for g in groups if (g.get("status") or {}).get("schedulingConditions")}
+    pending = [p for p in items if not p["spec"].get("nodeName")]
+    bare = [(p["metadata"]["name"], p["metadata"].get("labels"), p["metadata"].get("annotations"))
+            for p in pending if p["metadata"]["annotations"]["pod-group-name"] not in conditioned]
+    return f"pods {len(items)}, pending {len(pending)}, pending without a group condition: {bare[:5]}"
+
+
 async def restart_kafka(state: Path, *, tie: bool, hold_down_s: float) -> dict[str, float]:
     """Stop Kafka (by pid) and start it on its port and data; the event loop keeps turning meanwhile.
 
@@ -104,8 +115,11 @@ async def test_restart_kafka_during_a_burst(stack, kube, kube_api, namespace, gp
         await asyncio.sleep(RESTART_AFTER_S)
         kafka = await restart_kafka(state, tie=not attached, hold_down_s=HOLD_DOWN_S)
         await creating
-        await eventually(lambda: quiescent(kube, namespace), timeout_s=180, interval_s=3,
-                         what="the burst to settle after the Kafka restart")
+        try:
+            await eventually(lambda: quiescent(kube, namespace), timeout_s=180, interval_s=3,
+                             what="the burst to settle after the Kafka restart")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{await unsettled(kube, namespace)}") from None
         settled = time.monotonic()
         await check_invariants(kube, namespace, names)
 
