@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from itertools import compress
-from operator import attrgetter
+from itertools import compress, groupby
+from functools import partial
+from operator import attrgetter, is_
 
 from shoal.core import model
 from shoal.core.model import Node, Pod, PodGroup, Queue, Snapshot
@@ -27,10 +28,7 @@ ACTIVE = (ALLOCATED, PIPELINED, RUNNING)
 
 _NAMESPACE = attrgetter("namespace")
 _NAME = attrgetter("name")
-_SUBGROUPS = attrgetter("subgroups")
-_CONDITION = attrgetter("condition_reason")
-_STALE = attrgetter("stale_timestamp")
-_MIN_MEMBER = attrgetter("min_member")
+_is_none = partial(is_, None)
 
 GPU_MEMORY_PLACEHOLDER_MIB = 100  # KAI's value when nvidia.com/gpu.memory is missing
 DEVICE_MILLI = 1000
@@ -259,17 +257,33 @@ class JobIndex(Mapping[str, Job]):
     def __init__(self, session: Session, groups: tuple[PodGroup, ...]) -> None:
         self.session = session
         self.groups = groups
-        # (namespace, name) -> position in snapshot.pod_groups (the last of duplicates, like a dict)
-        self.index: dict[tuple[str, str], int] = dict(
-            zip(zip(map(_NAMESPACE, groups), map(_NAME, groups), strict=True), range(len(groups)), strict=True)
-        )
-        self.first: list[int] = [-1] * len(groups)  # position of the group's first pod in snapshot.pods
-        self.more: dict[int, list[int]] = {}  # positions of its further pods
+        # namespace -> PodGroup name -> position in snapshot.pod_groups (the last of duplicates, like a dict)
+        self.index: dict[str, dict[str, int]] = {}
+        namespaces = list(map(_NAMESPACE, groups))
+        names = list(map(_NAME, groups))
+        start = 0
+        for namespace, run in groupby(namespaces):  # snapshots are sorted by namespace: one run each
+            end = start + sum(1 for _ in run)
+            by_name = self.index.get(namespace)
+            if by_name is None:
+                by_name = self.index[namespace] = {}
+            by_name.update(zip(names[start:end], range(start, end)))
+            by_name.pop("", None)  # a pod without a PodGroup names ""
+            start = end
+        self.count = sum(map(len, self.index.values()))
+        self.first: list[Pod | None] = [None] * len(groups)  # the group's first pod (snapshot order)
+        self.more: dict[int, list[Pod]] = {}  # its further pods
         self.made: dict[int, Job] = {}  # group position -> job, in the order they were made
 
     def position(self, key: str) -> int | None:
         namespace, _, name = key.partition("/")
-        return self.index.get((namespace, name)) if name else None
+        by_name = self.index.get(namespace)
+        return by_name.get(name) if by_name is not None else None
+
+    def positions(self) -> Iterator[int]:
+        """Every live PodGroup's position (a duplicate's earlier copies are not)."""
+        for by_name in self.index.values():
+            yield from by_name.values()
 
     def job_at(self, position: int) -> Job:
         job = self.made.get(position)
@@ -280,9 +294,10 @@ class JobIndex(Mapping[str, Job]):
     def made_jobs(self) -> list[Job]:
         return list(self.made.values())
 
-    def pod_positions(self, position: int) -> list[int]:
+    def pods_of(self, position: int) -> list[Pod]:
+        """The PodGroup's pods that count this cycle (not finished, on no node or a node of the shard)."""
         first = self.first[position]
-        if first < 0:
+        if first is None:
             return []
         return [first, *self.more.get(position, ())]
 
@@ -296,10 +311,10 @@ class JobIndex(Mapping[str, Job]):
         return isinstance(key, str) and self.position(key) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return (f"{namespace}/{name}" for namespace, name in self.index)
+        return (f"{namespace}/{name}" for namespace, by_name in self.index.items() for name in by_name)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return self.count
 
 
 class Session:
@@ -371,40 +386,55 @@ class Session:
         return pod.gpus * DEVICE_MILLI
 
     def _place_pods(self, snapshot: Snapshot, eager_jobs: bool) -> None:
-        """One pass over the pods: node occupancy, own per-queue figures, where each job's pods are."""
+        """One pass over the pods: node occupancy, own per-queue figures, where each job's pods are.
+
+        The loop runs once per pod (140k at 4,000 nodes), so its common case (a running pod holding
+        whole resources) is written out with local names only.
+        """
         index = self.jobs
         groups = snapshot.pod_groups
-        find_group = index.index.get
+        by_namespace = index.index
         first, more = index.first, index.more
         find_node = self.node_by_name.get
         find_own = self.own.get
+        occupy = self._occupy
         priorities, default_priority = self._priorities, self._default_priority
         np_priority = model.NON_PREEMPTIBLE_PRIORITY
         candidates = self.running_preemptible
         res_ns = self.config.reservation_namespace
-        pending: set[int] = set()
-        blocked: set[int] = set()
+        pending: set[int] = set()  # jobs made up front: a pending pod, or a pod no eviction may take (PDB)
+        marked: set[int] = set()  # jobs with subgroups, a condition, a stale stamp or a gang minimum
         done = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
-        for k, pod in enumerate(snapshot.pods):
+        last_namespace = None
+        by_name: dict[str, int] = {}
+        for pod in snapshot.pods:
             if pod.phase in done:
                 continue
             node_name = pod.node_name
-            node = find_node(node_name) if node_name else None
-            if node_name and node is None:
-                continue  # on a node outside this shard / gone
-            pg = pod.pod_group
-            gi = find_group((pod.namespace, pg)) if pg else None
+            if node_name:
+                node = find_node(node_name)
+                if node is None:
+                    continue  # on a node outside this shard / gone
+            else:
+                node = None
+            namespace = pod.namespace
+            if namespace != last_namespace:
+                by_name = by_namespace.get(namespace) or {}
+                last_namespace = namespace
+            gi = by_name.get(pod.pod_group)
             if gi is None:
                 if node is not None:
-                    self._occupy(node, pod, res_ns)
+                    occupy(node, pod, res_ns)
                 elif pod.managed:
                     self.orphan_pods.append(pod)
                 continue
-            if first[gi] < 0:
-                first[gi] = k
+            if first[gi] is None:
+                first[gi] = pod
             else:
-                more.setdefault(gi, []).append(k)
+                more.setdefault(gi, []).append(pod)
             group = groups[gi]
+            if group.subgroups or group.min_member > 1 or group.stale_timestamp or group.condition_reason:
+                marked.add(gi)
             if node is None:
                 pending.add(gi)
                 acc = find_own(group.queue)
@@ -415,10 +445,10 @@ class Session:
                     req[2] += self.gpu_fair_of(pod)
                 continue
             if pod.deleting or pod.gpu_groups:
-                self._occupy(node, pod, res_ns)
+                occupy(node, pod, res_ns)
                 if pod.deleting:
                     continue  # releasing: counts on its node, not in its queue
-            else:  # the common case, inlined: a running pod holding whole resources
+            else:  # the common case: a running pod holding whole resources
                 node.idle_cpu -= pod.cpu_milli
                 node.idle_mem -= pod.memory_bytes
                 node.idle_pods -= 1
@@ -432,8 +462,8 @@ class Session:
                     prio = priorities.get(group.priority_class_name, default_priority)
                 preemptible = prio < np_priority
             if preemptible:
-                if pod.eviction_blocked:  # never a victim: made up front, victims.is_victim_candidate says no
-                    blocked.add(gi)
+                if pod.eviction_blocked:
+                    pending.add(gi)
                 else:
                     candidates.append(gi)
             acc = find_own(group.queue)
@@ -458,30 +488,31 @@ class Session:
                     mine[0] += theirs[0]
                     mine[1] += theirs[1]
                     mine[2] += theirs[2]
-        up_front = self._read_up_front(groups, pending | blocked) if not eager_jobs else index.index.values()
+        up_front = index.positions() if eager_jobs else self._read_up_front(groups, pending, marked)
         for gi in sorted(up_front):
             index.job_at(gi)
         made = index.made
         self.pending_jobs = sorted((made[gi] for gi in pending), key=lambda j: j.key)
 
-    def _read_up_front(self, groups: tuple[PodGroup, ...], pending: set[int]) -> set[int]:
-        """Positions of the jobs made during the build (see JobIndex); `pending` also holds those with a
-        pod no eviction may take (PDB)."""
+    def _read_up_front(self, groups: tuple[PodGroup, ...], pending: set[int], marked: set[int]) -> set[int]:
+        """Positions of the jobs made during the build (see JobIndex)."""
         index = self.jobs
         out = set(pending)
-        positions = range(len(groups))
-        pods = self.snapshot.pods
-        for attr in (_SUBGROUPS, _CONDITION, _STALE):
-            out.update(compress(positions, map(attr, groups)))
-        for gi in compress(positions, map((1).__lt__, map(_MIN_MEMBER, groups))):
-            if gi in out:
-                continue
-            on_node = sum(1 for k in index.pod_positions(gi) if pods[k].node_name)
-            if 0 < on_node < groups[gi].min_member:  # a gang below its minimum: stale gang eviction reads it
+        for gi in marked:
+            g = groups[gi]
+            if g.subgroups or g.stale_timestamp or g.condition_reason:
                 out.add(gi)
-        if len(index.index) != len(groups):  # duplicates: only the surviving (last) PodGroup of a key counts
-            live = set(index.index.values())
-            out &= live
+                continue
+            on_node = sum(1 for pod in index.pods_of(gi) if pod.node_name)
+            if 0 < on_node < g.min_member:  # a gang below its minimum: stale gang eviction reads it
+                out.add(gi)
+        # a PodGroup without live pods still has its stale stamp cleared (and a condition is harmless)
+        for gi in compress(range(len(groups)), map(_is_none, index.first)):
+            g = groups[gi]
+            if g.stale_timestamp or g.condition_reason or g.subgroups:
+                out.add(gi)
+        if index.count != len(groups):  # duplicates: only the surviving (last) PodGroup of a key counts
+            out &= set(index.positions())
         return out
 
     def _make_job(self, gi: int) -> Job:
@@ -497,10 +528,8 @@ class Session:
                 (parent or root).children.append(nodes[s.name])
             for n in (root, *nodes.values()):
                 n.children.sort(key=lambda c: c.name)
-        pods = self.snapshot.pods
         find_node = self.node_by_name.get
-        for k in self.jobs.pod_positions(gi):
-            pod = pods[k]
+        for pod in self.jobs.pods_of(gi):
             task = Task(pod, job)
             if pod.fraction is not None:
                 if task.frac_mem is not None:
