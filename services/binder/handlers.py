@@ -93,19 +93,21 @@ class Binder:
         rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
         # BindResults and decisions are sent without waiting for each (the producer batches them) and awaited
         # together at the end of each phase: the plan is marked seen, and its offset committed, only after.
-        # The binds' own events go with the last phase, so the bind phase holds nothing but the bindings.
+        # The binds' own events go with the last phase, so the bind phase holds nothing but the bindings;
+        # the queues' status (independent of every op) is written alongside that last phase.
         try:
             for phase in (reserves, binds, rest):
                 if phase is rest:
-                    phase = [*rest, *self._notices.pop(plan.plan_id, [])]
-                await self._concurrently(plan, phase)
+                    await asyncio.gather(self._concurrently(plan, [*rest, *self._notices.pop(plan.plan_id, [])]),
+                                         self.queue_statuses(plan))
+                else:
+                    await self._concurrently(plan, phase)
                 await self._flush(plan.plan_id)
                 phases.append(round(time.perf_counter() - started, 3))
         finally:
             self._notices.pop(plan.plan_id, None)
             for task in self._publishing.pop(plan.plan_id, []):
                 task.cancel()  # a phase failed: the plan is redelivered, and consumers tolerate duplicates
-        await self.queue_statuses(plan)
         await self.seen.mark(plan.plan_id)
         log.info("plan_applied", shard=plan.shard, plan_id=plan.plan_id, revision=plan.revision,
                  reservations=len(reserves), binds=len(binds),
@@ -115,16 +117,24 @@ class Binder:
 
     async def queue_statuses(self, plan: PlanIssued) -> None:
         """Queue.status from the plan's figures, written only when it changed. Figures are per shard: a queue
-        used in several node pools shows the figures of the latest plan that involved it."""
+        used in several node pools shows the figures of the latest plan that involved it. Queues are written
+        concurrently, bounded by `parallel`."""
+        gate = asyncio.Semaphore(self.parallel)
+
+        async def write(name: str, body: dict) -> None:
+            async with gate:
+                await self._quietly(self.kube.patch(k.QUEUES, name, {"status": body}, subresource="status"))
+            self._queue_status[name] = body
+
+        changed = {}
         for figures in plan.queues:
             if not (figures.gpu.request or figures.cpu.request or figures.memory.request
                     or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated):
                 continue
             body = ko.queue_status(figures)
-            if self._queue_status.get(figures.name) == body:
-                continue
-            await self._quietly(self.kube.patch(k.QUEUES, figures.name, {"status": body}, subresource="status"))
-            self._queue_status[figures.name] = body
+            if self._queue_status.get(figures.name) != body:
+                changed[figures.name] = body
+        await asyncio.gather(*(write(name, body) for name, body in changed.items()))
 
     async def _concurrently(self, plan: PlanIssued, ops: list) -> None:
         gate = asyncio.Semaphore(self.parallel)

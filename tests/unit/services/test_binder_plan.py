@@ -171,3 +171,34 @@ async def test_every_binding_goes_out_before_the_binds_events():
     kinds = [c[2] if c[2] else c[1] for c in kube.calls]
     assert kinds == ["binding"] * 3 + ["events"] * 3
     assert sorted(e["involvedObject"]["uid"] for e in kube.created_events) == ["uid-0", "uid-1", "uid-2"]
+
+
+async def test_queue_statuses_are_written_alongside_the_last_phase():
+    from shoal.core.plan import Annotate, QueueFigures, ResourceFigures
+
+    kube = FakeKube({})
+    queue_patched, annotated = asyncio.Event(), asyncio.Event()
+    patch = kube.patch
+
+    async def patch_waiting(resource, name, body, **kwargs):
+        if resource.plural == "podgroups":  # the annotation waits for the queue status: sequential would hang
+            await asyncio.wait_for(queue_patched.wait(), 5)
+            annotated.set()
+        elif resource.plural == "queues":
+            queue_patched.set()
+        return await patch(resource, name, body, **kwargs)
+
+    kube.patch = patch_waiting
+    bus, seen = GatedBus(), FakeSeen()
+    bus.gate.set()
+    plan = PlanIssued(meta=new_meta("planner", revision=1, id="plan-1"), shard="pool", plan_id="plan-1", revision=1,
+                      ops=(Annotate(pod_group="ns/pg", key="k", value="v"),),
+                      queues=(QueueFigures(name="q", gpu=ResourceFigures(allocated=1000, request=1000)),))
+    b = binder(kube, FakeInFlight({}), bus, seen)
+    await asyncio.wait_for(b.on_plan(plan, DELIVERY), 10)
+    assert annotated.is_set() and seen.marked == ["plan-1"]
+    assert ("patch", "queues", "status") in kube.calls
+    kube.calls.clear()
+    await b.on_plan(PlanIssued(meta=new_meta("planner", revision=2, id="plan-2"), shard="pool", plan_id="plan-2",
+                               revision=2, ops=(), queues=plan.queues), DELIVERY)
+    assert kube.calls == []  # unchanged figures are not written again
