@@ -10,6 +10,7 @@ as a bound pod in the snapshot read next: nothing is double-booked, across resta
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import msgspec
@@ -20,6 +21,9 @@ from shoal.messages.snapshot import InFlightBind
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(InFlightBind)
+# Planners stop counting a lease once it expired and may give its resources to another pod: a bind is
+# applied only while its lease has at least this long to run, so it lands before the lease stops counting.
+LEASE_GUARD_S = 5.0
 
 
 class InFlight:
@@ -36,9 +40,15 @@ class InFlight:
         entries = [_decoder.decode(v) for v in raw.values()]
         return sorted(entries, key=lambda e: e.pod)
 
-    async def get(self, shard: str, pod_uid: str) -> InFlightBind | None:
+    async def get(self, shard: str, pod_uid: str, *, now_s: float | None = None) -> InFlightBind | None:
+        """The pod's lease, or None when it has none or the lease ends within LEASE_GUARD_S (a plan held up,
+        e.g. by a Kafka outage, must not bind what later plans may have booked for others)."""
         raw = await self._redis.hget(redis_keys.inflight(shard), pod_uid)
-        return _decoder.decode(raw) if raw is not None else None
+        if raw is None:
+            return None
+        entry = _decoder.decode(raw)
+        now = time.time() if now_s is None else now_s
+        return entry if entry.expires_at > now + LEASE_GUARD_S else None
 
     async def remove(self, shard: str, pod_uids: Iterable[str]) -> int:
         fields = list(pod_uids)
