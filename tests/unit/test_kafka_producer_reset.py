@@ -87,3 +87,16 @@ async def test_connection_errors_are_transient_and_keep_the_producer() -> None:
     with pytest.raises(TransientError):
         await pub.publish("t", Note("a"))
     assert pub._producer is producer and not producer.stopped
+
+
+async def test_a_send_timed_out_while_the_broker_is_down_is_transient() -> None:
+    """aiokafka's KafkaTimeoutError is not marked retriable; mapped permanent, the binder dead-lettered a plan."""
+    from aiokafka.errors import KafkaTimeoutError
+
+    pub = publisher(FakeProducer([KafkaTimeoutError()]), [])
+
+    with pytest.raises(TransientError):
+        await pub.publish("t", Note("a"))
+    assert kafka.default_classify(kafka.kafka_error(KafkaTimeoutError())) == "transient"
+    # the consumer classifies the cause of a TransientError once its retries are spent: redeliver, not DLQ
+    assert kafka.default_classify(KafkaTimeoutError()) == "transient"

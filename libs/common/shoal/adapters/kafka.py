@@ -37,6 +37,7 @@ from aiokafka.errors import (
     InvalidProducerIdMapping,
     KafkaConnectionError,
     KafkaError,
+    KafkaTimeoutError,
     OutOfOrderSequenceNumber,
     UnknownProducerId,
 )
@@ -72,7 +73,8 @@ def dlq_topic(topic: str) -> str:
 
 def kafka_error(exc: BaseException) -> ShoalError:
     """Map an aiokafka error to Shoal's hierarchy: connection problems and retriable errors are transient."""
-    if isinstance(exc, KafkaConnectionError | ConnectionError | asyncio.TimeoutError):
+    # KafkaTimeoutError: a send waited out request_timeout_ms (broker down); it is not marked retriable
+    if isinstance(exc, KafkaConnectionError | KafkaTimeoutError | ConnectionError | asyncio.TimeoutError):
         return TransientError(f"kafka: {exc}")
     if isinstance(exc, KafkaError) and exc.retriable:
         return TransientError(f"kafka: {exc}")
@@ -226,7 +228,7 @@ def default_classify(exc: BaseException) -> Outcome:
     anything else (bad content, bugs triggered by one message) sends the message to the dead-letter topic."""
     if isinstance(exc, InvariantBroken):
         return "fatal"
-    if isinstance(exc, TransientError | ConnectionError | asyncio.TimeoutError):
+    if isinstance(exc, TransientError | KafkaTimeoutError | ConnectionError | asyncio.TimeoutError):
         return "transient"
     if isinstance(exc, KafkaError) and exc.retriable:
         return "transient"
