@@ -33,6 +33,10 @@ from shoal.adapters.kafka import Publisher, ensure_topics
 from shoal.messages.topics import GPU_USAGE
 from shoal.settings import KafkaSettings
 
+# These tests run their own agent; the end-to-end services' agent (session-scoped, serving every fake node that
+# is not labelled shoal.io/isolated) must leave these nodes alone, or their events arrive twice.
+ISOLATED = {"shoal.io/isolated": "nodeagent-integration"}
+
 
 async def eventually(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout_s
@@ -104,7 +108,8 @@ async def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[A
 
 
 async def one_node(gpu_nodes: Any, gpus: int = 2, **kwargs: Any) -> str:
-    (node,) = await gpu_nodes(count=1, gpus=gpus, gpu_memory_mib=10000, **kwargs)
+    labels = {**kwargs.pop("labels", {}), **ISOLATED}
+    (node,) = await gpu_nodes(count=1, gpus=gpus, gpu_memory_mib=10000, labels=labels, **kwargs)
     return node
 
 
@@ -223,7 +228,7 @@ async def test_dynamic_fraction_reclaim_kills_borrower_process(kube_api: Any, na
 async def test_mig_refusal_and_mps_configmap(kube_api: Any, namespace: str, rsv: str, node_pool: str,
                                           gpu_nodes: Any) -> None:
     core = client.CoreV1Api(kube_api)
-    (mig_node,) = await gpu_nodes(count=1, gpus=1, labels={"nvidia.com/mig.strategy": "mixed"})
+    (mig_node,) = await gpu_nodes(count=1, gpus=1, labels={"nvidia.com/mig.strategy": "mixed", **ISOLATED})
     node = await one_node(gpu_nodes)
     app = NodeAgentApp(settings(rsv, node_pool, mps_mode=True, time_slicing_mode="strict"), kube_api)
     await create_pod(core, rsv, pod_body("res-m", mig_node, labels={"runai-gpu-group": "gm"}))
@@ -242,7 +247,7 @@ async def test_mig_refusal_and_mps_configmap(kube_api: Any, namespace: str, rsv:
 async def test_gpu_usage_published_on_kafka(kube_api: Any, stack: Any, namespace: str, rsv: str, node_pool: str,
                                             gpu_nodes: Any, topic_prefix: str) -> None:
     core = client.CoreV1Api(kube_api)
-    (node,) = await gpu_nodes(count=1, gpus=2, gpu_memory_mib=10000)
+    (node,) = await gpu_nodes(count=1, gpus=2, gpu_memory_mib=10000, labels=ISOLATED)
     kafka = KafkaSettings(bootstrap=stack.kafka_bootstrap)
     topic = GPU_USAGE.full(topic_prefix)
     await ensure_topics(kafka, [topic])
@@ -284,7 +289,7 @@ def free_port() -> int:
 async def test_entry_point_serves_fake_nodes(kube_api: Any, stack: Any, namespace: str, rsv: str, node_pool: str,
                                              gpu_nodes: Any, topic_prefix: str) -> None:
     core = client.CoreV1Api(kube_api)
-    (node,) = await gpu_nodes(count=1, gpus=1, gpu_memory_mib=10000)
+    (node,) = await gpu_nodes(count=1, gpus=1, gpu_memory_mib=10000, labels=ISOLATED)
     await create_pod(core, rsv, pod_body("r1", node, labels={"runai-gpu-group": "g1"}))
     # a fraction pod whose simulated GPU process (fake backend) uses more than its 2500 MiB share
     await create_pod(core, namespace, pod_body(
