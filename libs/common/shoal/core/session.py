@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from itertools import compress, groupby
 from functools import partial
+from itertools import compress, groupby
 from operator import attrgetter, is_
 
 from shoal.core import model
@@ -267,7 +267,7 @@ class JobIndex(Mapping[str, Job]):
             by_name = self.index.get(namespace)
             if by_name is None:
                 by_name = self.index[namespace] = {}
-            by_name.update(zip(names[start:end], range(start, end)))
+            by_name.update(zip(names[start:end], range(start, end), strict=True))
             by_name.pop("", None)  # a pod without a PodGroup names ""
             start = end
         self.count = sum(map(len, self.index.values()))
