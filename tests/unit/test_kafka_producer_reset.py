@@ -100,3 +100,21 @@ async def test_a_send_timed_out_while_the_broker_is_down_is_transient() -> None:
     assert kafka.default_classify(kafka.kafka_error(KafkaTimeoutError())) == "transient"
     # the consumer classifies the cause of a TransientError once its retries are spent: redeliver, not DLQ
     assert kafka.default_classify(KafkaTimeoutError()) == "transient"
+
+
+async def test_a_send_caught_by_the_reset_goes_out_on_the_fresh_producer() -> None:
+    from aiokafka.errors import ProducerClosed
+
+    closed = FakeProducer([ProducerClosed()])
+    fresh = FakeProducer([])
+    pub = publisher(closed, [])
+    original_send = closed.send_and_wait
+
+    async def send_while_reset(topic: str, value: bytes, **kw: object) -> SimpleNamespace:
+        pub._producer = fresh  # type: ignore[assignment] - another send reset the producer meanwhile
+        return await original_send(topic, value, **kw)
+
+    closed.send_and_wait = send_while_reset  # type: ignore[method-assign]
+
+    assert await pub.publish("t", Note("a")) == (0, 0)
+    assert fresh.sent == [b'{"text":"a"}']

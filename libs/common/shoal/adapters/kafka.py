@@ -39,6 +39,7 @@ from aiokafka.errors import (
     KafkaError,
     KafkaTimeoutError,
     OutOfOrderSequenceNumber,
+    ProducerClosed,
     UnknownProducerId,
 )
 from aiokafka.helpers import create_ssl_context
@@ -205,6 +206,10 @@ class Publisher:
                 if attempt == 2:
                     raise kafka_error(exc) from exc
                 await self._reset(producer, exc)
+            except ProducerClosed as exc:
+                if attempt == 2 or producer is self._producer or not self._started:
+                    raise kafka_error(exc) from exc
+                # the producer was replaced by a reset while this send waited: send it on the fresh one
             except KafkaError as exc:
                 raise kafka_error(exc) from exc
             else:
