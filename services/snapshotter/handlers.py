@@ -18,6 +18,7 @@ from services.snapshotter.translate import shard_objects, shards_of
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Publisher
 from shoal.adapters.snapshot_store import SnapshotStore
+from shoal.errors import TransientError
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
@@ -74,7 +75,11 @@ class Snapshotter:
                 await asyncio.sleep(wait)  # debounce: at most one snapshot per shard per period
             self.dirty.clear()
             last = time.monotonic()
-            await self.publish_all()
+            try:
+                await self.publish_all()
+            except TransientError as exc:  # Kafka (or Redis) unreachable: the next period publishes again
+                log.warning("snapshot_publish_failed", error=str(exc))
+                self.dirty.set()
 
     async def publish_all(self) -> None:
         objects = list(self.mirror.all())

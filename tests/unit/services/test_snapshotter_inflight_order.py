@@ -103,3 +103,38 @@ async def test_nothing_is_removed_when_the_snapshot_is_not_stored() -> None:
 
     assert [step[0] for step in journal] == ["store"]
     assert len(inflight.entries) == 3
+
+
+async def test_a_kafka_outage_does_not_end_the_snapshot_loop() -> None:
+    """An announcement that fails (transient) is logged and the loop publishes again next period."""
+    import asyncio
+
+    from shoal.errors import TransientError
+
+    journal = Journal()
+    snap, _ = snapshotter(journal)
+    snap.period_s = 0.01
+    calls = 0
+
+    async def flaky() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise TransientError("kafka: [Error 5] LeaderNotAvailableError")
+
+    async def synced() -> None:
+        return None
+
+    from types import SimpleNamespace
+
+    snap.mirror = SimpleNamespace(objects={}, wait_synced=synced, all=list)  # type: ignore[assignment]
+    snap.publish_all = flaky  # type: ignore[method-assign]
+    snap.mark_dirty()
+    loop = asyncio.create_task(snap.run())
+    for _ in range(200):
+        if calls >= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert not loop.done(), "the loop ended on a transient publish failure"
+    loop.cancel()
+    assert calls >= 2
