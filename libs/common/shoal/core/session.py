@@ -263,7 +263,7 @@ class JobIndex(Mapping[str, Job]):
         names = list(map(_NAME, groups))
         start = 0
         for namespace, run in groupby(namespaces):  # snapshots are sorted by namespace: one run each
-            end = start + sum(1 for _ in run)
+            end = start + len(list(run))
             by_name = self.index.get(namespace)
             if by_name is None:
                 by_name = self.index[namespace] = {}
