@@ -185,7 +185,9 @@ class Binder:
         namespace, name = ko.split(op.pod)
         try:
             if op.gpu_groups:
-                await self.prepare_fraction(op)
+                await self.prepare_fraction(op)  # may wait for the node agent up to the reservation timeout
+                if not await self._still_leased(plan, op):
+                    return  # the lease ran out meanwhile: a newer plan may have used these GPUs
             await self.kube.create(k.PODS, ko.binding(op.pod, op.node), namespace=namespace, name=name,
                                    subresource="binding")
         except ConflictError:
@@ -199,6 +201,13 @@ class Binder:
             await self._bind_failed(plan, op, str(exc) or type(exc).__name__)
             return
         await self._bound(plan, op, started)
+
+    async def _still_leased(self, plan: PlanIssued, op: Bind) -> bool:
+        entry = await self.inflight.get(plan.shard, op.pod_uid)
+        if entry is None or entry.plan_id != plan.plan_id:
+            log.info("bind_skipped_lease_expired", pod=op.pod, plan_id=plan.plan_id)
+            return False
+        return True
 
     async def _bound(self, plan: PlanIssued, op: Bind, started: float) -> None:
         self._binds.labels("bound").inc()

@@ -202,3 +202,20 @@ async def test_queue_statuses_are_written_alongside_the_last_phase():
     await b.on_plan(PlanIssued(meta=new_meta("planner", revision=2, id="plan-2"), shard="pool", plan_id="plan-2",
                                revision=2, ops=(), queues=plan.queues), DELIVERY)
     assert kube.calls == []  # unchanged figures are not written again
+
+
+async def test_a_fraction_whose_lease_ran_out_while_waiting_for_its_gpu_is_not_bound():
+    op = Bind(pod="ns/p0", pod_uid="uid-0", node="n1", gpu_groups=("g1",), fraction="0.50",
+              received_resource_type="Fraction")
+    inflight = FakeInFlight({"uid-0": InFlightBind(pod=op.pod, pod_uid="uid-0", node="n1", plan_id="plan-1",
+                                                   expires_at=1e12)})
+    kube, bus = FakeKube(pods(1)), GatedBus()
+    bus.gate.set()
+    b = binder(kube, inflight, bus)
+
+    async def slow_reservation(bind_op):  # the node agent took longer than the lease: a newer plan may reuse the GPU
+        inflight.entries.clear()
+
+    b.prepare_fraction = slow_reservation
+    await b.on_plan(plan_of([op]), DELIVERY)
+    assert kube.bound == set(), "a bind past its lease could double-book the GPU"
