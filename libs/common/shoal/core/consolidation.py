@@ -16,17 +16,13 @@ from __future__ import annotations
 from shoal.core import capacity
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
-from shoal.core.ordering import DEFAULT_POLICY, JobQueue, Policy
+from shoal.core.evictors import run_evictors
+from shoal.core.ordering import DEFAULT_POLICY, Policy
 from shoal.core.reclaim import record_delay
 from shoal.core.session import DEVICE_MILLI, Job, Task
 from shoal.core.solver import (
-    VICTIM_BUDGET_EXHAUSTED,
     Budget,
-    budget_message,
     commit,
-    job_signature,
-    next_tasks,
-    preemptor_candidates,
     solve,
 )
 from shoal.core.victims import Chunk, VictimPool, job_chunks
@@ -88,27 +84,9 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     budget = Budget(ctx, NAME)
     pool = ctx.victim_pool()
     free = [-1, 0]  # [dirty-log length when counted, idle + releasing milli-GPUs]
-    jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
-    for job in preemptor_candidates(ctx):
-        if job.preemptible:
-            jq.push(job)
-    while not budget.exhausted:
-        job = jq.pop()
-        if job is None:
-            break
-        if record_delay(ctx, job):
-            continue
-        tasks = next_tasks(job, policy)
-        if not tasks:
-            continue
-        if capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is not None:
-            continue
-        sig = job_signature(job, tasks)
-        if sig in budget.failed or not budget.within_depth(job):
-            continue
-        if attempt(ctx, job, tasks, budget, pool, free):
-            budget.failed.clear()
-            continue
-        budget.failed.add(sig)
-        if budget.exhausted:
-            ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))
+
+    def admit(job: Job, tasks: list[Task]) -> bool:
+        return capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is None
+
+    run_evictors(ctx, NAME, policy, budget, delayed=record_delay, admit=admit, only=lambda job: job.preemptible,
+                 attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool, free), grow=False)

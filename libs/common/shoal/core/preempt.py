@@ -16,18 +16,14 @@ from collections.abc import Iterator
 from shoal.core import capacity
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
+from shoal.core.evictors import run_evictors
 from shoal.core.minruntime import is_protected, preempt_min_runtime
-from shoal.core.ordering import DEFAULT_POLICY, JobQueue, Policy
+from shoal.core.ordering import DEFAULT_POLICY, Policy
 from shoal.core.reclaim import record_delay
-from shoal.core.session import PENDING, Job, Task
+from shoal.core.session import Job, Task
 from shoal.core.solver import (
-    VICTIM_BUDGET_EXHAUSTED,
     Budget,
-    budget_message,
     commit,
-    job_signature,
-    next_tasks,
-    preemptor_candidates,
     solve,
 )
 from shoal.core.victims import Chunk, VictimPool, stream
@@ -88,29 +84,10 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Vic
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     budget = Budget(ctx, NAME)
     pool = ctx.victim_pool()
-    jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
-    for job in preemptor_candidates(ctx):
-        jq.push(job)
-    while not budget.exhausted:
-        job = jq.pop()
-        if job is None:
-            break
-        if record_delay(ctx, job):
-            continue
-        tasks = next_tasks(job, policy)
-        if not tasks:
-            continue
-        if not job.preemptible and capacity.check_non_preemptible_quota(ctx.shares, job.queue, limit_request(tasks)):
-            continue  # OverLimit is checked inside the scenario, with the victims gone
-        sig = job_signature(job, tasks)
-        if sig in budget.failed or not budget.within_depth(job):
-            continue
-        if attempt(ctx, job, tasks, budget, pool):
-            budget.failed.clear()
-            if any(t.status == PENDING for t in job.tasks):
-                jq.shares = ctx.shares
-                jq.push(job)
-        elif not budget.exhausted:
-            budget.failed.add(sig)
-        else:
-            ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(NAME, budget.spent), None))
+
+    def admit(job: Job, tasks: list[Task]) -> bool:  # OverLimit is checked inside the scenario, victims gone
+        return job.preemptible or not capacity.check_non_preemptible_quota(ctx.shares, job.queue,
+                                                                             limit_request(tasks))
+
+    run_evictors(ctx, NAME, policy, budget, delayed=record_delay, admit=admit,
+                 attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool))
