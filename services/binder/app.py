@@ -13,8 +13,8 @@ from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.inflight import InFlight
-from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
-from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.adapters.kafka import Consumer
+from shoal.adapters.wiring import bus_and_redis
 from shoal.errors import PermanentError, TransientError
 from shoal.logging import get_logger
 from shoal.messages import topics
@@ -45,13 +45,8 @@ def build(settings: BinderSettings) -> web.Application:
     prefix = settings.topic_prefix
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
-        await ensure_topics(settings.kafka, [t.full(prefix) for t in topics.ALL],
-                            partitions=topics.PLANS.partitions)
-        redis = connect_redis(settings.redis)
         api = await k.connect_kube(settings.kube)
-        readiness.add("redis", lambda: redis_ready(redis))
-        async with Publisher(settings.kafka) as bus:
-            readiness.add("kafka", bus.ready)
+        async with bus_and_redis(settings, readiness) as (redis, bus):
             binder = Binder(kube=k.Kube(api, request_timeout_s=settings.kube.request_timeout_s),
                             inflight=InFlight(redis), seen=SeenIds(redis, consumer=prefix + "binder"), bus=bus, metrics=metrics, topic_prefix=prefix,
                             reservation_namespace=settings.reservation_namespace,
@@ -66,7 +61,6 @@ def build(settings: BinderSettings) -> web.Application:
                 readiness.add("consumer", consumer.ready)
                 yield
         await api.close()
-        await redis.aclose()
 
     app.cleanup_ctx.append(wiring)
     app.cleanup_ctx.append(background("binder", lambda app: app[CONSUMER].run()))

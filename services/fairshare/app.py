@@ -9,10 +9,10 @@ from aiohttp import web
 from services.fairshare.handlers import FairShare
 from shoal.adapters import redis_keys
 from shoal.adapters.http import Readiness, background, build_app
-from shoal.adapters.kafka import Consumer, Publisher, ensure_topics
-from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.adapters.kafka import Consumer
 from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
 from shoal.adapters.usage_history import UsageHistory, UsageSettings, usage_source
+from shoal.adapters.wiring import bus_and_redis
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
@@ -34,12 +34,7 @@ def build(settings: FairShareSettings) -> web.Application:
     prefix = settings.topic_prefix
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
-        await ensure_topics(settings.kafka, [t.full(prefix) for t in topics.ALL],
-                            partitions=topics.SNAPSHOTS.partitions)
-        redis = connect_redis(settings.redis)
-        readiness.add("redis", lambda: redis_ready(redis))
-        async with Publisher(settings.kafka) as bus:
-            readiness.add("kafka", bus.ready)
+        async with bus_and_redis(settings, readiness) as (redis, bus):
             service = FairShare(store=SnapshotStore(redis, ClusterSnapshot),
                                 results=LatestValue(redis, redis_keys.fair_share, FairShareComputed),
                                 bus=bus, metrics=metrics, topic_prefix=prefix,
@@ -54,7 +49,6 @@ def build(settings: FairShareSettings) -> web.Application:
             async with consumer:
                 readiness.add("consumer", consumer.ready)
                 yield
-        await redis.aclose()
 
     app.cleanup_ctx.append(wiring)
     app.cleanup_ctx.append(background("fairshare", lambda app: app[CONSUMER].run()))

@@ -11,10 +11,8 @@ from services.snapshotter.mirror import Mirror
 from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.inflight import InFlight
-from shoal.adapters.kafka import Publisher, ensure_topics
-from shoal.adapters.redis_client import connect_redis, redis_ready
 from shoal.adapters.snapshot_store import SnapshotStore
-from shoal.messages import topics
+from shoal.adapters.wiring import bus_and_redis
 from shoal.messages.snapshot import ClusterSnapshot
 from shoal.metrics import Metrics
 from shoal.settings import ServiceSettings
@@ -41,14 +39,9 @@ def build(settings: SnapshotterSettings) -> web.Application:
     prefix = settings.topic_prefix
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
-        await ensure_topics(settings.kafka, [t.full(prefix) for t in topics.ALL],
-                            partitions=topics.SNAPSHOTS.partitions)
-        redis = connect_redis(settings.redis)
         api = await k.connect_kube(settings.kube)
         kube = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
-        readiness.add("redis", lambda: redis_ready(redis))
-        async with Publisher(settings.kafka) as bus:
-            readiness.add("kafka", bus.ready)
+        async with bus_and_redis(settings, readiness) as (redis, bus):
             holder: dict = {}
             mirror = Mirror(kube, WATCHED, lambda: holder["s"].mark_dirty(),
                             watch_timeout_s=settings.kube.watch_timeout_s)
@@ -61,7 +54,6 @@ def build(settings: SnapshotterSettings) -> web.Application:
             readiness.add("synced", mirror.synced)
             yield
         await api.close()
-        await redis.aclose()
 
     app.cleanup_ctx.append(wiring)
     app.cleanup_ctx.append(background("watches", lambda app: app[MIRROR].run()))
