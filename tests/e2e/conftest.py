@@ -81,3 +81,12 @@ async def queue(kube: Any, node_pool: str) -> AsyncIterator[str]:
         yield name
     finally:
         await kube.delete(QUEUES, name)
+
+
+@pytest_asyncio.fixture
+async def queues(kube: Any, node_pool: str) -> AsyncIterator[Any]:
+    """A per-test queue tree (`await queues.add("q", gpu={...})`), every queue deleted afterwards."""
+    from scenario_helpers import queue_tree
+
+    async with queue_tree(kube, node_pool) as tree:
+        yield tree

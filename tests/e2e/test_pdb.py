@@ -4,7 +4,6 @@ instead of asking for an eviction the API would refuse."""
 
 from __future__ import annotations
 
-import pytest_asyncio
 from e2e_helpers import eventually
 from scenario_helpers import (
     create,
@@ -13,7 +12,6 @@ from scenario_helpers import (
     pod,
     podgroup,
     pods,
-    queue_tree,
     wait_decisions,
     wait_running,
 )
@@ -22,11 +20,6 @@ from shoal.adapters import kube as k
 
 PDBS = k.PDBS
 
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 def single(namespace, name, queue, pool, priority, labels=None):

@@ -9,7 +9,6 @@ meet it: each small pod is scheduled while the other node is cordoned, then both
 
 from __future__ import annotations
 
-import pytest_asyncio
 from e2e_helpers import eventually
 from scenario_helpers import (
     create,
@@ -19,7 +18,6 @@ from scenario_helpers import (
     pod,
     podgroup,
     pods,
-    queue_tree,
     replicaset,
     stays,
     wait_count_running,
@@ -29,12 +27,6 @@ from scenario_helpers import (
 )
 
 from shoal.adapters.kube import NODES
-
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 async def cordon(kube, node: str, on: bool) -> None:

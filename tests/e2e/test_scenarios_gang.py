@@ -5,7 +5,6 @@ minMember from `kai.scheduler/batch-min-member`), and the scheduling services de
 
 from __future__ import annotations
 
-import pytest_asyncio
 from e2e_helpers import eventually
 from scenario_helpers import (
     LAST_START,
@@ -17,7 +16,6 @@ from scenario_helpers import (
     job,
     node_of,
     pods,
-    queue_tree,
     scheduling_condition,
     stays,
     wait_count_running,
@@ -30,11 +28,6 @@ from shoal.adapters.kube import JOBS, PODGROUPS
 GANG_MESSAGE = ("PodSchedulingErrors: Resources were found for 2 pods while 3 are required for gang scheduling. "
                 "Additional pods cannot be scheduled due to:")
 
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 async def job_pods(kube, namespace: str, name: str, count: int) -> dict[str, dict]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-import pytest_asyncio
 from scenario_helpers import (
     create,
     create_spaced,
@@ -19,19 +18,12 @@ from scenario_helpers import (
     pod,
     podgroup,
     pods,
-    queue_tree,
     scheduling_condition,
     stays,
     wait_decisions,
     wait_events,
     wait_running,
 )
-
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 def single(namespace: str, name: str, queue: str, pool: str, priority: str) -> list[dict]:

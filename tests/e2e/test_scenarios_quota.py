@@ -5,7 +5,6 @@ seed 000 observations (c) and (e)). Bare pods: the podgrouper service gives each
 
 from __future__ import annotations
 
-import pytest_asyncio
 from e2e_helpers import eventually
 from scenario_helpers import (
     create,
@@ -13,18 +12,11 @@ from scenario_helpers import (
     pod,
     pod_group_of,
     pods,
-    queue_tree,
     scheduling_condition,
     stays,
     wait_count_running,
     wait_running,
 )
-
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 async def two_run_third_waits(kube, namespace: str) -> tuple[dict[str, dict], str, str]:

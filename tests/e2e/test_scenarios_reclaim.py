@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-import pytest_asyncio
 from e2e_helpers import eventually
 from scenario_helpers import (
     create,
@@ -20,18 +19,11 @@ from scenario_helpers import (
     pod,
     podgroup,
     pods,
-    queue_tree,
     stays,
     wait_decisions,
     wait_events,
     wait_running,
 )
-
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 def single(namespace: str, name: str, queue: str, pool: str, *, priority: str = "train") -> list[dict]:

@@ -5,14 +5,12 @@ Bare `gpu-fraction` pods; the podgrouper service gives each its own PodGroup.
 
 from __future__ import annotations
 
-import pytest_asyncio
 from scenario_helpers import (
     create,
     node_of,
     pod,
     pod_group_of,
     pods,
-    queue_tree,
     scheduling_condition,
     stays,
     wait_count_running,
@@ -24,11 +22,6 @@ from shoal.adapters.kube import PODS
 RESERVATION_NS = "kai-resource-reservation"
 GROUP_LABEL = "runai-gpu-group"
 
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 def fraction_pod(namespace: str, name: str, queue: str, pool: str, fraction: str) -> dict:

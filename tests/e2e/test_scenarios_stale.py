@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-import pytest_asyncio
 from e2e_helpers import eventually
 from scenario_helpers import (
     STALE_STAMP,
@@ -19,7 +18,6 @@ from scenario_helpers import (
     pod,
     podgroup,
     pods,
-    queue_tree,
     stays,
     wait_decisions,
     wait_events,
@@ -30,11 +28,6 @@ from shoal.adapters.kube import PODS
 
 GRACE_S = 5
 
-
-@pytest_asyncio.fixture
-async def queues(kube, node_pool):
-    async with queue_tree(kube, node_pool) as tree:
-        yield tree
 
 
 async def gang_loses_a_pod(kube, namespace: str, pool: str, queue: str, grace: str) -> str:
