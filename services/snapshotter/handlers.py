@@ -84,16 +84,19 @@ class Snapshotter:
     async def publish_all(self) -> None:
         objects = list(self.mirror.all())
         found = [s for s in shards_of(objects) if s.startswith(self.shard_prefix)]
+        pods = {(o.get("metadata") or {}).get("uid", ""): o for o in objects if o.get("kind") == "Pod"}
         for shard in sorted(set(self.shards) | set(found)):
-            await self.publish(shard, objects)
+            await self.publish(shard, objects, pods)
 
-    async def publish(self, shard: str, objects: list[dict]) -> None:
+    async def publish(self, shard: str, objects: list[dict], pods: dict[str, dict] | None = None) -> None:
+        """Store and announce one shard's snapshot; `pods` (uid → pod of `objects`) is built once per round."""
         started = time.perf_counter()
         now_s = time.time()
-        pods = {(o.get("metadata") or {}).get("uid", ""): o for o in objects if o.get("kind") == "Pod"}
+        if pods is None:
+            pods = {(o.get("metadata") or {}).get("uid", ""): o for o in objects if o.get("kind") == "Pod"}
         entries = await self.inflight.all(shard)
-        done = [e.pod_uid for e in entries if settled(e, pods, now_s)]
-        live = tuple(e for e in entries if e.pod_uid not in set(done))
+        done = {e.pod_uid for e in entries if settled(e, pods, now_s)}
+        live = tuple(e for e in entries if e.pod_uid not in done)
         revision = await self._next_revision(shard)
         snap = ClusterSnapshot(shard=shard, revision=revision,
                                taken_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -107,12 +110,15 @@ class Snapshotter:
         # entry must read a snapshot with its bind (removed earlier, it could read the previous snapshot
         # and book the pod's resources a second time)
         await self.inflight.remove(shard, done)
-        pending = sum(1 for o in snap.objects if o["kind"] == "Pod" and not o.get("spec", {}).get("nodeName"))
-        nodes = sum(1 for o in snap.objects if o["kind"] == "Node")
+        nodes = n_pods = pending = 0
+        for o in snap.objects:
+            if o["kind"] == "Node":
+                nodes += 1
+            elif o["kind"] == "Pod":
+                n_pods += 1
+                pending += not o.get("spec", {}).get("nodeName")
         announced = SnapshotPublished(meta=new_meta("snapshotter", revision=revision), shard=shard,
-                                      revision=revision, nodes=nodes, pods=sum(1 for o in snap.objects
-                                                                             if o["kind"] == "Pod"),
-                                      pending_pods=pending)
+                                      revision=revision, nodes=nodes, pods=n_pods, pending_pods=pending)
         await self.bus.publish(topics.SNAPSHOTS.full(self.topic_prefix), announced, key=shard)
         self._published.labels(shard).inc()
         self._size.labels(shard).set(len(snap.objects))
