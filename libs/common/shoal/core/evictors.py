@@ -4,7 +4,8 @@ consolidation, reclaim and preempt differ only in which jobs may try (`only`), t
 scenario (`admit`) and the scenario itself (`attempt`); the loop around them is the same: skip jobs inside
 their preemption delay (`delayed` records the reason), skip a job whose signature already failed or that is
 past the queue depth, remember failures, grow a job that still has pending tasks again (`grow`), and say so
-on the job when the victim-search budget runs out.
+on the job when the victim-search budget runs out: the action's budget stops the action, a job's own
+budget (`victim_budget_per_job`) stops only that job's search and the next jobs are still tried.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from shoal.core.solver import (
     VICTIM_BUDGET_EXHAUSTED,
     Budget,
     budget_message,
+    job_budget_message,
     job_signature,
     next_tasks,
     preemptor_candidates,
@@ -51,7 +53,10 @@ def run_evictors(ctx: Context, name: str, policy: Policy, budget: Budget, *,
             if grow and any(t.status == PENDING for t in job.tasks):
                 jq.shares = ctx.shares
                 jq.push(job)
-        elif not budget.exhausted:
-            budget.failed.add(sig)
-        else:
+        elif budget.exhausted:
             ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(name, budget.spent), None))
+        else:
+            budget.failed.add(sig)
+            if budget.job_exhausted:
+                ctx.outcome(job).reasons.append(
+                    (VICTIM_BUDGET_EXHAUSTED, job_budget_message(name, budget.job_spent), None))

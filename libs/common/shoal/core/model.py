@@ -218,6 +218,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     default_staleness_grace_s: int = 60
     max_consolidation_preemptees: int = 16
     victim_budget: int = 10_000
+    victim_budget_per_job: int = 1_000
     queue_depth_per_action: dict[str, int] = {}
     stuck_in_releasing_s: int = 120
     reclaimer_saturation_multiplier: float = 1.0  # KAI relcaimerSaturationMultiplier; < 1 reads as 1

@@ -5,7 +5,8 @@ NonPreemptibleOverQuota for the tasks it is about to place (capacity checks run 
 Victims: preemptible jobs of the SAME leaf queue with strictly lower priority and running pods, not
 protected by preempt min-runtime (a protected elastic job offers only its pods above its minimum),
 lowest priority first, then above-min elastic, then newest. The scenario must keep the queue and every
-ancestor within its limit with the victims gone and the job placed. Victims get "Pod ns/p was
+ancestor within its limit with the victims gone and the job placed; a queue at its limit can only make
+room with victims on the node the job then takes (only needed victims, SPEC §4). Victims get "Pod ns/p was
 preempted by higher priority workload ns/<pg>".
 """
 
@@ -65,16 +66,36 @@ def within_limits(ctx: Context, job: Job, tasks: list[Task]) -> bool:
     return True
 
 
+def over_limit(ctx: Context, job: Job, tasks: list[Task]) -> tuple[bool, bool, bool]:
+    """The resources in which a queue on the job's path would be over its limit with the job placed."""
+    request = fair_request(tasks).values()
+    over = [False, False, False]
+    name: str | None = job.queue
+    while name is not None and name in ctx.shares:
+        share = ctx.shares[name]
+        alloc = ctx.session.queues[name].alloc
+        for i, (limit, used, asked) in enumerate(zip(share.limit.values(), alloc, request, strict=True)):
+            if asked > 0 and limit >= 0 and used + asked > limit:
+                over[i] = True
+        name = share.parent
+    return over[0], over[1], over[2]
+
+
 def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool) -> bool:
     head = pool.head(job.queue)
     if head is None or head[0] >= job.priority:  # no candidate of lower priority in the queue
         return False
     chunks = victim_chunks(ctx, job, pool)
+    over = over_limit(ctx, job, tasks)
 
     def accept(_: list[Chunk]) -> bool:
         return within_limits(ctx, job, tasks)
 
-    got = solve(ctx, job, tasks, chunks, accept, NAME, lambda t: preempt_message(t.key, job.key), budget)
+    def frees(chunk: Chunk) -> bool:  # a victim that brings the queue back under its limit
+        return any(o and v > 0 for o, v in zip(over, chunk.resources.values(), strict=True))
+
+    got = solve(ctx, job, tasks, chunks, accept, NAME, lambda t: preempt_message(t.key, job.key), budget,
+                frees=frees if any(over) else None)
     if got is None:
         return False
     commit(ctx, job)

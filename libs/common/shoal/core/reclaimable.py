@@ -18,8 +18,10 @@ cycle's fair-share division.
   victim sibling.
 - Shoal (SPEC §2.4), in the resources the reclaimer asks for: (a) no queue on the reclaimer's path up to
   the divergence level ends above its allocatable share, so reclaim reaches fair share and stops there;
-  (b) a reclaimer level queue that ends above deserved may not take a victim queue below
-  min(its allocation, its deserved). Together they make a reclaim final: right after it, the victims'
+  (b) where a reclaimer level queue ends above deserved in a resource, it may not take the victim
+  queue below min(its allocation, its deserved) in that same resource.
+- Deserved quota in these checks is KAI's: a resource whose quota is UNLIMITED (-1) is never "over
+  deserved" and is skipped (`deserved`); fair share and allocatable are the division's. Together they make a reclaim final: right after it, the victims'
   queues can claim nothing back from the reclaimer (no ping-pong).
 
 Eviction message (`reclaim_message`): "Pod ns/p was preempted by workload ns/<pg>." then, one per line,
@@ -37,7 +39,7 @@ from collections.abc import Mapping
 
 from shoal.core.capacity import humanize
 from shoal.core.fairshare import QueueShare
-from shoal.core.resources import CPU, GPU, MEMORY, RESOURCE_ORDER, Resources
+from shoal.core.resources import CPU, GPU, MEMORY, RESOURCE_ORDER, UNLIMITED, Resources
 from shoal.core.session import Session
 from shoal.core.victims import Chunk
 
@@ -73,6 +75,13 @@ def _over(amount: Resources, bound: Resources, only: tuple[bool, bool, bool] = (
     )
 
 
+def deserved(share: QueueShare) -> Resources:
+    """The deserved quota for the reclaim checks: an UNLIMITED (-1) quota stays unlimited, so the
+    resource is skipped by every "over deserved" test (KAI), not resolved to the parent's amount."""
+    q, d = share.quota.values(), share.deserved.values()
+    return Resources(*(UNLIMITED if qv < 0 else dv for qv, dv in zip(q, d, strict=True)))
+
+
 def requested_mask(request: Resources) -> tuple[bool, bool, bool]:
     return tuple(v > 0 for v in request.values())  # type: ignore[return-value]
 
@@ -87,9 +96,9 @@ def victim_allowed(shares: Mapping[str, QueueShare], before: Mapping[str, Resour
                    request: Resources) -> bool:
     r_name, v_name = level
     r, v = shares[r_name], shares[v_name]
-    if _over(before[r_name] + request, r.deserved):
+    if _over(before[r_name] + request, deserved(r)):
         return _over(before[v_name], v.allocatable)
-    return _over(before[v_name], v.deserved, requested_mask(request))
+    return _over(before[v_name], deserved(v), requested_mask(request))
 
 
 def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources], after: Mapping[str, Resources],
@@ -106,7 +115,7 @@ def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources
         left = remaining.get(v_name, before[v_name])
         v, r = shares[v_name], shares[r_name]
         maintain = _over(left, v.allocatable)
-        guarantee = not _over(before[r_name] + request, r.deserved) and _over(left, v.deserved)
+        guarantee = not _over(before[r_name] + request, deserved(r)) and _over(left, deserved(v))
         if not (maintain or guarantee):
             return False
         remaining[v_name] = left - chunk.resources
@@ -116,11 +125,23 @@ def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources
         for name in path[path.index(r_name):]:
             if _over(after[name], shares[name].allocatable, mask):
                 return False
-        if _over(after[r_name], r.deserved, mask):
-            floor = before[v_name].minimum(v.deserved)
-            if _over(floor, after[v_name], mask):
-                return False
+        if not _keeps_floor(deserved(r), deserved(v), before[v_name], after[r_name], after[v_name], mask):
+            return False
         if not _saturation_ok(r, v, after[r_name], after[v_name], mask, multiplier):
+            return False
+    return True
+
+
+def _keeps_floor(r_deserved: Resources, v_deserved: Resources, v_before: Resources, r_after: Resources,
+                 v_after: Resources, mask: tuple[bool, bool, bool]) -> bool:
+    """Guard (b), resource by resource: where the reclaimer ends above its deserved quota, the victim
+    queue keeps at least min(what it had, its deserved) of that same resource (an unlimited deserved
+    is skipped, as in KAI's deserved checks)."""
+    for i, sel in enumerate(mask):
+        rd, vd = r_deserved.values()[i], v_deserved.values()[i]
+        if not sel or rd < 0 or vd < 0 or r_after.values()[i] <= rd:
+            continue
+        if v_after.values()[i] < min(v_before.values()[i], vd):
             return False
     return True
 

@@ -27,10 +27,11 @@ from shoal.core.context import Context
 from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_LAST_EVICTION
 from shoal.core.ordering import DEFAULT_POLICY, Policy, is_satisfied
-from shoal.core.placement import find_node, request_signature, static_signature
+from shoal.core.placement import NodeFilter, find_node, request_signature, static_signature
 from shoal.core.plan import Annotate
 from shoal.core.session import GATED, PENDING, Job, NodeState, SubGroupNode, Task
 from shoal.core.statement import Op
+from shoal.core.victim_gate import Feasible, Frees, helps, shapes
 from shoal.core.victims import Chunk
 
 VICTIM_BUDGET_EXHAUSTED = "VictimSearchBudgetExhausted"
@@ -43,25 +44,39 @@ def budget_message(action: str, spent: int) -> str:
     )
 
 
+def job_budget_message(action: str, spent: int) -> str:
+    return (
+        f"The {action} victim search for this job stopped after simulating {spent} victims (victim budget "
+        f"per job); the other jobs were still searched and this one is searched again in the next cycle"
+    )
+
+
 def job_signature(job: Job, tasks: list[Task]) -> tuple:
     """KAI's scheduling signature: jobs alike in queue, priority and requests fail alike (§4.1)."""
     return (job.queue, job.priority, job.preemptible, tuple(sorted(request_signature(t) for t in tasks)))
 
 
 class Budget:
-    """Per action run: the victim budget, counters, the free-GPU gate and the failed-signature memo
-    (a failed search is not repeated for an identical job until something is committed)."""
+    """Per action run: the victim budget, the budget of the job being searched, counters, the free-GPU
+    gate, the static node sets and the failed-signature memo (a failed search is not repeated for an
+    identical job until something is committed)."""
 
     def __init__(self, ctx: Context, action: str) -> None:
+        cfg = ctx.session.config
         self.ctx = ctx
         self.action = action
-        self.left = max(ctx.session.config.victim_budget, 0)
+        self.left = max(cfg.victim_budget, 0)
+        self.per_job = max(cfg.victim_budget_per_job, 0)
+        self.job_left = self.per_job
+        self.job_spent = 0
+        self.job_exhausted = False
         self.spent = 0
         self.exhausted = False
         self.failed: set[tuple] = set()
-        self.depth = ctx.session.config.queue_depth_per_action.get(action)
+        self.depth = cfg.queue_depth_per_action.get(action)
         self.tried: dict[str, int] = {}
         self.free = FreeGpus(ctx)
+        self.feasible = Feasible(ctx.nodes)
 
     def within_depth(self, job: Job) -> bool:
         """queueDepthPerAction: at most that many jobs per leaf queue are searched by this action."""
@@ -73,14 +88,31 @@ class Budget:
         self.tried[job.queue] = seen + 1
         return True
 
+    def start_job(self) -> None:
+        self.job_left = self.per_job
+        self.job_spent = 0
+        self.job_exhausted = False
+
+    def skipped(self) -> None:
+        key = f"{self.action}.victims_skipped"
+        self.ctx.counters[key] = self.ctx.counters.get(key, 0) + 1
+
     def spend(self) -> bool:
         if self.left <= 0:
             if not self.exhausted:
                 self.exhausted = True
                 self.ctx.counters[f"{self.action}.budget_exhausted"] = 1
             return False
+        if self.job_left <= 0:
+            if not self.job_exhausted:
+                self.job_exhausted = True
+                key = f"{self.action}.job_budget_exhausted"
+                self.ctx.counters[key] = self.ctx.counters.get(key, 0) + 1
+            return False
         self.left -= 1
+        self.job_left -= 1
         self.spent += 1
+        self.job_spent += 1
         self.ctx.counters[f"{self.action}.victims_simulated"] = self.spent
         return True
 
@@ -189,33 +221,139 @@ class FreeGpus:
         return self.value
 
 
+class OnlyNodes(NodeFilter):
+    """The action's node filter limited to some nodes (where a scenario's victims may be kept)."""
+
+    def __init__(self, base: NodeFilter, members: set[int]) -> None:
+        super().__init__(base.session)
+        self.base = base
+        self.members = members
+
+    def candidates(self, task: Task) -> tuple[list[NodeState], dict[str, int]]:
+        nodes, counts = self.base.candidates(task)
+        return [ns for ns in nodes if ns.index in self.members], counts
+
+
 Accept = Callable[[list[Chunk]], bool]
 MessageOf = Callable[[Task], str]
 
 
-def _evict(ctx: Context, chunk: Chunk, action: str, by: str, message_of: MessageOf) -> None:
-    for t in chunk.tasks:
-        ctx.statement.evict(t, action, by, message_of(t))
+class Search:
+    """One job's victim search: what `solve` needs besides the chunks, and the statement's start."""
+
+    __slots__ = ("ctx", "job", "tasks", "accept", "action", "message_of", "replace", "cp", "base")
+
+    def __init__(self, ctx: Context, job: Job, tasks: list[Task], accept: Accept, action: str,
+                 message_of: MessageOf, replace: bool) -> None:
+        self.ctx, self.job, self.tasks, self.accept = ctx, job, tasks, accept
+        self.action, self.message_of, self.replace = action, message_of, replace
+        self.cp = ctx.statement.checkpoint()
+        self.base = ctx.nodes
+
+    def evict(self, chunks: Iterable[Chunk]) -> None:
+        for chunk in chunks:
+            for t in chunk.tasks:
+                self.ctx.statement.evict(t, self.action, self.job.key, self.message_of(t))
+
+    def restart(self, chunks: list[Chunk]) -> None:
+        """Back to the search's start with exactly `chunks` evicted."""
+        self.ctx.statement.rollback(self.cp)
+        self.evict(chunks)
+
+    def scenario(self, chunks: list[Chunk], nodes: NodeFilter | None = None) -> bool:
+        """With `chunks` evicted: place the job (on `nodes`, else anywhere), re-place the moved pods
+        (consolidation) anywhere, validate. Rolls back to the evictions on failure."""
+        ctx, stmt = self.ctx, self.ctx.statement
+        cp = stmt.checkpoint()
+        ctx.nodes = nodes or self.base
+        try:
+            placed = place_tasks(ctx, self.job, self.tasks)
+        finally:
+            ctx.nodes = self.base
+        if placed is None:
+            return False
+        if self.replace and replace_evicted(ctx, chunks) is None:
+            stmt.rollback(cp)
+            return False
+        if not self.accept(chunks):
+            stmt.rollback(cp)
+            return False
+        return True
+
+    def used_nodes(self) -> set[int]:
+        """Nodes where the job's tasks are placed in the current scenario."""
+        job = self.job
+        return {op.node.index for op in self.ctx.statement.log[self.cp:]
+                if op.kind in ("allocate", "pipeline") and op.task.job is job}
 
 
-def _scenario(ctx: Context, job: Job, tasks: list[Task], chunks: list[Chunk], accept: Accept,
-              replace: bool) -> bool:
-    """With `chunks` already evicted: place, re-place (consolidation), validate. Rolls back on failure."""
-    stmt = ctx.statement
-    cp = stmt.checkpoint()
-    if place_tasks(ctx, job, tasks) is None:
-        return False
-    if replace and replace_evicted(ctx, chunks) is None:
-        stmt.rollback(cp)
-        return False
-    if not accept(chunks):
-        stmt.rollback(cp)
-        return False
-    return True
+def needed(chunks: list[Chunk], used: set[int]) -> list[Chunk]:
+    """The chunks with a pod on a `used` node, plus every chunk of a job whose core is among them
+    (a gang never stays below its minimum: its core goes only with all of its pods)."""
+    hit = [c for c in chunks if any(ns.index in used for ns in c.nodes)]
+    whole = {id(c.job) for c in hit if c.core}
+    keep = {id(c) for c in hit}
+    return [c for c in chunks if id(c) in keep or id(c.job) in whole]
 
 
-def _used_nodes(ops: list[Op]) -> set[str]:
-    return {op.node.name for op in ops if op.kind in ("allocate", "pipeline")}
+TRIM_TRIALS = 48  # at most this many single-chunk removals are tried on an accepted scenario
+
+
+def minimal(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
+    """From an accepted scenario with `taken` evicted: only the victims the placement needs (SPEC §4).
+
+    Keep the chunks on the nodes the job uses (`needed`) and place the job on those nodes only; then
+    try dropping chunks one at a time, last taken first, while the scenario still holds. If the victims
+    on the used nodes do not make a valid scenario (the others were needed only for the queue figures),
+    the job is placed on the victims' nodes instead and pruned again. On success the statement holds
+    the minimal scenario; on failure (None) it holds `taken` evicted and nothing placed.
+    """
+    for nodes in (None, _victim_nodes(search, taken)):
+        if nodes is not None:
+            search.restart(taken)
+            if not search.scenario(taken, nodes):
+                continue
+        got = _prune(search, taken)
+        if got is not None:
+            return got
+        if nodes is None and not taken:
+            break
+    search.restart(taken)
+    return None
+
+
+def _victim_nodes(search: Search, taken: list[Chunk]) -> OnlyNodes:
+    return OnlyNodes(search.base, {ns.index for c in taken for ns in c.nodes})
+
+
+def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
+    used = search.used_nodes()
+    keep = needed(taken, used)
+    if len(keep) == len(taken) and not _trimmable(keep):
+        return taken
+    only = OnlyNodes(search.base, used)
+    search.restart(keep)
+    if not search.scenario(keep, only):
+        return None
+    trials = 0
+    for chunk in reversed(list(keep)):
+        if trials >= TRIM_TRIALS:
+            break
+        if not chunk.core and any(c.core and c.job is chunk.job for c in keep):
+            continue  # an above-minimum pod stays with its gang's core
+        trials += 1
+        fewer = [c for c in keep if c is not chunk]
+        search.restart(fewer)
+        if search.scenario(fewer, only):
+            keep = fewer
+    search.restart(keep)
+    if not search.scenario(keep, only):  # pragma: no cover - the last accepted set replays
+        return None
+    return keep
+
+
+def _trimmable(chunks: list[Chunk]) -> bool:
+    return len(chunks) > 1
 
 
 def solve(
@@ -228,58 +366,42 @@ def solve(
     message_of: MessageOf,
     budget: Budget,
     replace: bool = False,
+    frees: Frees | None = None,
 ) -> list[Chunk] | None:
     """Find victims for `job` (see the module docstring); the committed victims, or None."""
-    stmt = ctx.statement
-    cp = stmt.checkpoint()
-    by = job.key
+    search = Search(ctx, job, tasks, accept, action, message_of, replace)
     whole_gpus = all(not t.is_fraction for t in tasks)
     need_gpus = sum(t.gpus for t in tasks)
     free = budget.free.of(tasks[0]) if whole_gpus and tasks else 0
+    feasible = budget.feasible
+    cands = feasible.of(tasks[0]) if tasks else frozenset()
+    forms = shapes(tasks)
+    budget.start_job()
     taken: list[Chunk] = []
     failed_once = False
     for chunk in chunks:
+        if not helps(chunk, forms, feasible, frees):
+            budget.skipped()
+            continue
         if not budget.spend():
-            stmt.rollback(cp)
-            return None
-        _evict(ctx, chunk, action, by, message_of)
+            break
+        nodes = {ns.index: ns for ns in chunk.nodes if ns.index in cands}
+        before = sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in nodes.values())
+        search.evict([chunk])
         taken.append(chunk)
-        free += sum(t.gpus for t in chunk.tasks)
+        free += sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in nodes.values()) - before
         if whole_gpus and free < need_gpus:
             continue
-        if failed_once and whole_gpus:
-            nodes = [t.node for t in chunk.tasks if t.node is not None]
-            if not any(_fits_node(ns, t) for ns in nodes for t in tasks):
+        if failed_once and whole_gpus and frees is None:
+            if not any(_fits_node(ns, t) for ns in nodes.values() for t in tasks):
                 continue
-        if _scenario(ctx, job, tasks, taken, accept, replace):
-            return _prune(ctx, job, tasks, taken, accept, action, message_of, replace, cp)
+        if search.scenario(taken):
+            got = minimal(search, taken)
+            if got is not None:
+                return got
         failed_once = True
-    stmt.rollback(cp)
+    ctx.statement.rollback(search.cp)
     return None
-
-
-def _prune(ctx: Context, job: Job, tasks: list[Task], taken: list[Chunk], accept: Accept, action: str,
-           message_of: MessageOf, replace: bool, cp: int) -> list[Chunk] | None:
-    """Drop victims whose nodes the accepted placement does not use; keep the scenario if that fails."""
-    stmt = ctx.statement
-    used = _used_nodes(stmt.log[cp:])
-    needed = [c for c in taken if any(t.node is not None and t.node.name in used for t in c.tasks)]
-    whole = {id(c.job) for c in needed if c.core}  # a job's core goes only with all of its pods
-    needed = [c for c in taken if c in needed or id(c.job) in whole]
-    if replace or len(needed) == len(taken):
-        return taken
-    stmt.rollback(cp)
-    for chunk in needed:
-        _evict(ctx, chunk, action, job.key, message_of)
-    if _scenario(ctx, job, tasks, needed, accept, replace):
-        return needed
-    stmt.rollback(cp)
-    for chunk in taken:
-        _evict(ctx, chunk, action, job.key, message_of)
-    if not _scenario(ctx, job, tasks, taken, accept, replace):  # pragma: no cover - deterministic replay
-        stmt.rollback(cp)
-        return None
-    return taken
 
 
 def commit(ctx: Context, job: Job, hidden: frozenset[int] = frozenset()) -> list[Op]:

@@ -26,12 +26,13 @@ from shoal.core.session import ALLOCATED, PIPELINED, RUNNING, Job, Session, SubG
 
 
 class Chunk:
-    __slots__ = ("job", "tasks", "resources", "core")
+    __slots__ = ("job", "tasks", "resources", "core", "nodes")
 
     def __init__(self, job: Job, tasks: list[Task], core: bool) -> None:
         self.job = job
         self.tasks = tasks
         self.core = core
+        self.nodes = tuple({id(t.node): t.node for t in tasks if t.node is not None}.values())  # where they run
         c = m = g = 0
         for t in tasks:
             c += t.cpu

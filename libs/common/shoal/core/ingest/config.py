@@ -146,6 +146,7 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
         max_consolidation_preemptees=_positive_int(spec.get("maxConsolidationPreemptees", 16),
                                                    "spec.maxConsolidationPreemptees"),
         victim_budget=_positive_int(spec.get("victimBudget", 10_000), "spec.victimBudget"),
+        victim_budget_per_job=_positive_int(spec.get("victimBudgetPerJob", 1_000), "spec.victimBudgetPerJob"),
         queue_depth_per_action=depth,
         stuck_in_releasing_s=parse_duration(spec.get("stuckInReleasingThreshold", "2m"), "spec.stuckInReleasingThreshold"),
         reclaimer_saturation_multiplier=max(_number(spec.get("reclaimerSaturationMultiplier", 1),
