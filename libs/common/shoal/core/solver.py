@@ -288,12 +288,28 @@ class Search:
 
 
 def needed(chunks: list[Chunk], used: set[int]) -> list[Chunk]:
-    """The chunks with a pod on a `used` node, plus every chunk of a job whose core is among them
-    (a gang never stays below its minimum: its core goes only with all of its pods)."""
-    hit = [c for c in chunks if any(ns.index in used for ns in c.nodes)]
-    whole = {id(c.job) for c in hit if c.core}
-    keep = {id(c) for c in hit}
-    return [c for c in chunks if id(c) in keep or id(c.job) in whole]
+    """The victims a placement on the `used` nodes needs: the chunks with a pod there; for a job whose
+    core is among them, only its pods on those nodes when the job keeps its minimum without them (a job
+    without subgroups), else all of its pods (a gang never stays below its minimum)."""
+    by_job: dict[int, list[Chunk]] = {}
+    for c in chunks:
+        by_job.setdefault(id(c.job), []).append(c)
+    out: list[Chunk] = []
+    for cs in by_job.values():
+        hit = [c for c in cs if any(ns.index in used for ns in c.nodes)]
+        if not hit:
+            continue
+        if not any(c.core for c in hit):
+            out.extend(hit)
+            continue
+        job = cs[0].job
+        on = [(t, ns) for c in cs for t, ns in zip(c.tasks, c.homes, strict=True) if ns.index in used]
+        running = sum(len(c.tasks) for c in cs)
+        if not job.root.children and running - len(on) >= (job.root.min_member or 0):
+            out.append(Chunk(job, [t for t, _ in on], core=False, homes=[ns for _, ns in on]))
+        else:
+            out.extend(cs)
+    return out
 
 
 TRIM_TRIALS = 48  # at most this many single-chunk removals are tried on an accepted scenario

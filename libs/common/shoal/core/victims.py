@@ -22,17 +22,19 @@ from collections.abc import Callable, Iterable, Iterator
 from shoal.core.model import PodGroup
 from shoal.core.ordering import elastic_state, task_order_key
 from shoal.core.resources import Resources
-from shoal.core.session import ALLOCATED, PIPELINED, RUNNING, Job, Session, SubGroupNode, Task, epoch_of
+from shoal.core.session import ALLOCATED, PIPELINED, RUNNING, Job, NodeState, Session, SubGroupNode, Task, epoch_of
 
 
 class Chunk:
-    __slots__ = ("job", "tasks", "resources", "core", "nodes")
+    __slots__ = ("job", "tasks", "resources", "core", "homes", "nodes")
 
-    def __init__(self, job: Job, tasks: list[Task], core: bool) -> None:
+    def __init__(self, job: Job, tasks: list[Task], core: bool, homes: list[NodeState] | None = None) -> None:
         self.job = job
         self.tasks = tasks
         self.core = core
-        self.nodes = tuple({id(t.node): t.node for t in tasks if t.node is not None}.values())  # where they run
+        # where each pod runs (a simulated consolidation moves the task, not its home)
+        self.homes: tuple[NodeState, ...] = tuple(homes if homes is not None else (t.node for t in tasks))
+        self.nodes = tuple({id(ns): ns for ns in self.homes if ns is not None}.values())
         c = m = g = 0
         for t in tasks:
             c += t.cpu
