@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from shoal.core import capacity
-from shoal.core.allocate import fair_request, limit_request
+from shoal.core import capacity, limits
+from shoal.core.allocate import limit_request
 from shoal.core.context import Context
 from shoal.core.evictors import run_evictors
 from shoal.core.minruntime import is_protected, preempt_min_runtime
@@ -50,52 +50,17 @@ def victim_chunks(ctx: Context, job: Job, pool: VictimPool) -> Iterator[Chunk]:
     return stream(lower(), lambda v: is_protected(session, v, preempt_min_runtime(session, v)))
 
 
-def within_limits(ctx: Context, job: Job, tasks: list[Task]) -> bool:
-    """Every queue on the job's path is within its limit, in the resources the job asks for, with the
-    scenario's allocations (live figures: victims gone, job placed)."""
-    session = ctx.session
-    asked = [v > 0 for v in fair_request(tasks).values()]
-    name: str | None = job.queue
-    while name is not None and name in ctx.shares:
-        share = ctx.shares[name]
-        alloc = session.queues[name].alloc
-        for limit, used, sel in zip(share.limit.values(), alloc, asked, strict=True):
-            if sel and limit >= 0 and used > limit:
-                return False
-        name = share.parent
-    return True
-
-
-def over_limit(ctx: Context, job: Job, tasks: list[Task]) -> tuple[bool, bool, bool]:
-    """The resources in which a queue on the job's path would be over its limit with the job placed."""
-    request = fair_request(tasks).values()
-    over = [False, False, False]
-    name: str | None = job.queue
-    while name is not None and name in ctx.shares:
-        share = ctx.shares[name]
-        alloc = ctx.session.queues[name].alloc
-        for i, (limit, used, asked) in enumerate(zip(share.limit.values(), alloc, request, strict=True)):
-            if asked > 0 and limit >= 0 and used + asked > limit:
-                over[i] = True
-        name = share.parent
-    return over[0], over[1], over[2]
-
-
 def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool) -> bool:
     head = pool.head(job.queue)
     if head is None or head[0] >= job.priority:  # no candidate of lower priority in the queue
         return False
     chunks = victim_chunks(ctx, job, pool)
-    over = over_limit(ctx, job, tasks)
 
     def accept(_: list[Chunk]) -> bool:
-        return within_limits(ctx, job, tasks)
-
-    def frees(chunk: Chunk) -> bool:  # a victim that brings the queue back under its limit
-        return any(o and v > 0 for o, v in zip(over, chunk.resources.values(), strict=True))
+        return limits.within_limits(ctx, job, tasks)
 
     got = solve(ctx, job, tasks, chunks, accept, NAME, lambda t: preempt_message(t.key, job.key), budget,
-                frees=frees if any(over) else None)
+                excess=limits.Excess(ctx, job, tasks))
     if got is None:
         return False
     commit(ctx, job)

@@ -2,7 +2,9 @@
 
 Pending jobs are taken in allocate's queue/job order. A job is skipped when it is inside its preemption
 delay (reason PreemptionDelayNotElapsed), fails the queue capacity checks (a non-preemptible reclaimer
-must stay within deserved quota at every level), or would take its leaf queue over its fair share.
+must stay within deserved quota at every level; its leaf queue within its limit, while an ancestor's
+limit is checked in the scenario, with the victims under it gone: limits.py), or would take its leaf
+queue over its fair share.
 Victims: preemptible jobs of other queues with running pods that pass the leveled victim filter; jobs
 protected by reclaim min-runtime offer only their pods above their minimum. The queue most over its
 share gives first (re-evaluated after each chunk); inside a queue the lowest job goes first (lowest
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from shoal.core import capacity, reclaimable
+from shoal.core import capacity, limits, reclaimable
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
 from shoal.core.evictors import run_evictors
@@ -115,9 +117,11 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Vic
 
     def accept(chunks: list[Chunk]) -> bool:
         after = reclaimable.allocations(session)
-        return reclaimable.scenario_ok(shares, before, after, job.queue, request, chunks, multiplier)
+        return (reclaimable.scenario_ok(shares, before, after, job.queue, request, chunks, multiplier)
+                and limits.within_limits(ctx, job, tasks))
 
-    got = solve(ctx, job, tasks, ordered_chunks(ctx, streams, before), accept, NAME, message_of, budget)
+    got = solve(ctx, job, tasks, ordered_chunks(ctx, streams, before), accept, NAME, message_of, budget,
+                excess=limits.Excess(ctx, job, tasks))
     if got is None:
         return False
     commit(ctx, job)
@@ -130,7 +134,12 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     pool = ctx.victim_pool()
 
     def admit(job: Job, tasks: list[Task]) -> bool:
-        return capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), not job.preemptible) is None
+        # OverLimit of an ancestor is checked inside the scenario (victims under it lower it); the
+        # leaf's own limit cannot change, its victims are in other queues
+        if not job.preemptible and capacity.check_non_preemptible_quota(ctx.shares, job.queue,
+                                                                        limit_request(tasks)):
+            return False
+        return job.queue not in limits.Excess(ctx, job, tasks).over
 
     run_evictors(ctx, NAME, policy, budget, delayed=record_delay, admit=admit,
                  attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool))

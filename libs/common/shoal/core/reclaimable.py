@@ -106,16 +106,25 @@ def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources
     mask = requested_mask(request)
     remaining: dict[str, Resources] = {}
     levels: dict[str, str] = {}
+    seen: dict[str, tuple[str, str, bool, Resources] | None] = {}
     for chunk in chunks:
-        level = leveled(shares, reclaimer, chunk.job.queue)
-        if level is None:
+        queue = chunk.job.queue
+        if queue not in seen:
+            level = leveled(shares, reclaimer, queue)
+            if level is None:
+                seen[queue] = None
+            else:
+                r_name, v_name = level
+                r_within = not _over(before[r_name] + request, deserved(shares[r_name]))
+                seen[queue] = (r_name, v_name, r_within, deserved(shares[v_name]))
+        got = seen[queue]
+        if got is None:
             return False
-        r_name, v_name = level
+        r_name, v_name, r_within, v_deserved = got
         levels[v_name] = r_name
         left = remaining.get(v_name, before[v_name])
-        v, r = shares[v_name], shares[r_name]
-        maintain = _over(left, v.allocatable)
-        guarantee = not _over(before[r_name] + request, deserved(r)) and _over(left, deserved(v))
+        maintain = _over(left, shares[v_name].allocatable)
+        guarantee = r_within and _over(left, v_deserved)
         if not (maintain or guarantee):
             return False
         remaining[v_name] = left - chunk.resources

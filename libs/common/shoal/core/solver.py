@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from shoal.core import topology
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
+from shoal.core.limits import Excess
 from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_LAST_EVICTION
 from shoal.core.ordering import DEFAULT_POLICY, Policy, is_satisfied
@@ -31,7 +32,7 @@ from shoal.core.placement import NodeFilter, find_node, request_signature, stati
 from shoal.core.plan import Annotate
 from shoal.core.session import GATED, PENDING, Job, NodeState, SubGroupNode, Task
 from shoal.core.statement import Op
-from shoal.core.victim_gate import Feasible, Frees, helps, shapes
+from shoal.core.victim_gate import Feasible, helps, shapes
 from shoal.core.victims import Chunk
 
 VICTIM_BUDGET_EXHAUSTED = "VictimSearchBudgetExhausted"
@@ -224,14 +225,20 @@ class FreeGpus:
 class OnlyNodes(NodeFilter):
     """The action's node filter limited to some nodes (where a scenario's victims may be kept)."""
 
-    def __init__(self, base: NodeFilter, members: set[int]) -> None:
+    def __init__(self, base: NodeFilter, members: set[int], feasible: Feasible) -> None:
         super().__init__(base.session)
         self.base = base
-        self.members = members
+        self.members = sorted(members)
+        self.feasible = feasible
 
     def candidates(self, task: Task) -> tuple[list[NodeState], dict[str, int]]:
-        nodes, counts = self.base.candidates(task)
-        return [ns for ns in nodes if ns.index in self.members], counts
+        sig = static_signature(task)
+        hit = self._cache.get(sig)
+        if hit is None:
+            allowed = self.feasible.of(task)
+            every = self.session.nodes
+            hit = self._cache[sig] = ([every[i] for i in self.members if i in allowed], {})
+        return hit
 
 
 Accept = Callable[[list[Chunk]], bool]
@@ -241,14 +248,18 @@ MessageOf = Callable[[Task], str]
 class Search:
     """One job's victim search: what `solve` needs besides the chunks, and the statement's start."""
 
-    __slots__ = ("ctx", "job", "tasks", "accept", "action", "message_of", "replace", "cp", "base")
+    __slots__ = ("ctx", "job", "tasks", "accept", "action", "message_of", "replace", "cp", "base", "feasible")
 
     def __init__(self, ctx: Context, job: Job, tasks: list[Task], accept: Accept, action: str,
-                 message_of: MessageOf, replace: bool) -> None:
+                 message_of: MessageOf, replace: bool, feasible: Feasible) -> None:
         self.ctx, self.job, self.tasks, self.accept = ctx, job, tasks, accept
         self.action, self.message_of, self.replace = action, message_of, replace
         self.cp = ctx.statement.checkpoint()
         self.base = ctx.nodes
+        self.feasible = feasible
+
+    def only(self, nodes: set[int]) -> OnlyNodes:
+        return OnlyNodes(self.base, nodes, self.feasible)
 
     def evict(self, chunks: Iterable[Chunk]) -> None:
         for chunk in chunks:
@@ -315,7 +326,7 @@ def needed(chunks: list[Chunk], used: set[int]) -> list[Chunk]:
 TRIM_TRIALS = 48  # at most this many single-chunk removals are tried on an accepted scenario
 
 
-def minimal(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
+def minimal(search: Search, taken: list[Chunk], on_victims: bool = False) -> list[Chunk] | None:
     """From an accepted scenario with `taken` evicted: only the victims the placement needs (SPEC §4).
 
     Keep the chunks on the nodes the job uses (`needed`) and place the job on those nodes only; then
@@ -324,7 +335,7 @@ def minimal(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
     the job is placed on the victims' nodes instead and pruned again. On success the statement holds
     the minimal scenario; on failure (None) it holds `taken` evicted and nothing placed.
     """
-    for nodes in (None, _victim_nodes(search, taken)):
+    for nodes in (None,) if on_victims else (None, _victim_nodes(search, taken)):
         if nodes is not None:
             search.restart(taken)
             if not search.scenario(taken, nodes):
@@ -332,14 +343,12 @@ def minimal(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
         got = _prune(search, taken)
         if got is not None:
             return got
-        if nodes is None and not taken:
-            break
     search.restart(taken)
     return None
 
 
 def _victim_nodes(search: Search, taken: list[Chunk]) -> OnlyNodes:
-    return OnlyNodes(search.base, {ns.index for c in taken for ns in c.nodes})
+    return search.only({ns.index for c in taken for ns in c.nodes})
 
 
 def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
@@ -347,7 +356,7 @@ def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
     keep = needed(taken, used)
     if len(keep) == len(taken) and not _trimmable(keep):
         return taken
-    only = OnlyNodes(search.base, used)
+    only = search.only(used)
     search.restart(keep)
     if not search.scenario(keep, only):
         return None
@@ -382,10 +391,11 @@ def solve(
     message_of: MessageOf,
     budget: Budget,
     replace: bool = False,
-    frees: Frees | None = None,
+    excess: Excess | None = None,
 ) -> list[Chunk] | None:
     """Find victims for `job` (see the module docstring); the committed victims, or None."""
-    search = Search(ctx, job, tasks, accept, action, message_of, replace)
+    frees = excess.frees if excess else None
+    search = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
     whole_gpus = all(not t.is_fraction for t in tasks)
     need_gpus = sum(t.gpus for t in tasks)
     free = budget.free.of(tasks[0]) if whole_gpus and tasks else 0
@@ -408,7 +418,15 @@ def solve(
         free += sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in nodes.values()) - before
         if whole_gpus and free < need_gpus:
             continue
-        if failed_once and whole_gpus and frees is None:
+        if frees is not None:  # over a limit: only victims on the job's nodes lower it, place it there
+            if not excess.covered(taken):
+                continue
+            if search.scenario(taken, _victim_nodes(search, taken)):
+                got = minimal(search, taken, on_victims=True)
+                if got is not None:
+                    return got
+            continue
+        if failed_once and whole_gpus:
             if not any(_fits_node(ns, t) for ns in nodes.values() for t in tasks):
                 continue
         if search.scenario(taken):
