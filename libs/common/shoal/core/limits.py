@@ -64,13 +64,25 @@ class Excess:
 
     def covered(self, chunks: Iterable[Chunk]) -> bool:
         """The chunks free at least the excess of every over-limit queue (a necessary condition)."""
-        left = {name: list(excess) for name, excess in self.over.items()}
+        left = self.left()
         for chunk in chunks:
-            above = self._above(chunk.job.queue)
-            for name, need in left.items():
-                if name in above:
-                    for i, v in enumerate(chunk.resources.values()):
-                        need[i] -= v
+            self.take(left, chunk)
+        return self.done(left)
+
+    def left(self) -> dict[str, list[int]]:
+        """A running tally of what is still to free (`take` a chunk, ask `done`)."""
+        return {name: list(excess) for name, excess in self.over.items()}
+
+    def take(self, left: dict[str, list[int]], chunk: Chunk) -> None:
+        above = self._above(chunk.job.queue)
+        freed = chunk.resources.values()
+        for name, need in left.items():
+            if name in above:
+                for i in range(3):
+                    need[i] -= freed[i]
+
+    @staticmethod
+    def done(left: dict[str, list[int]]) -> bool:
         return all(v <= 0 for need in left.values() for v in need)
 
 

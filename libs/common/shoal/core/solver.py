@@ -248,7 +248,8 @@ MessageOf = Callable[[Task], str]
 class Search:
     """One job's victim search: what `solve` needs besides the chunks, and the statement's start."""
 
-    __slots__ = ("ctx", "job", "tasks", "accept", "action", "message_of", "replace", "cp", "base", "feasible")
+    __slots__ = ("ctx", "job", "tasks", "accept", "action", "message_of", "replace", "cp", "base", "feasible",
+                 "placed_at")
 
     def __init__(self, ctx: Context, job: Job, tasks: list[Task], accept: Accept, action: str,
                  message_of: MessageOf, replace: bool, feasible: Feasible) -> None:
@@ -257,6 +258,7 @@ class Search:
         self.cp = ctx.statement.checkpoint()
         self.base = ctx.nodes
         self.feasible = feasible
+        self.placed_at = self.cp
 
     def only(self, nodes: set[int]) -> OnlyNodes:
         return OnlyNodes(self.base, nodes, self.feasible)
@@ -275,7 +277,7 @@ class Search:
         """With `chunks` evicted: place the job (on `nodes`, else anywhere), re-place the moved pods
         (consolidation) anywhere, validate. Rolls back to the evictions on failure."""
         ctx, stmt = self.ctx, self.ctx.statement
-        cp = stmt.checkpoint()
+        cp = self.placed_at = stmt.checkpoint()
         ctx.nodes = nodes or self.base
         try:
             placed = place_tasks(ctx, self.job, self.tasks)
@@ -290,6 +292,10 @@ class Search:
             stmt.rollback(cp)
             return False
         return True
+
+    def unplace(self) -> None:
+        """Undo the last accepted scenario's placement, keeping its evictions."""
+        self.ctx.statement.rollback(self.placed_at)
 
     def used_nodes(self) -> set[int]:
         """Nodes where the job's tasks are placed in the current scenario."""
@@ -395,6 +401,9 @@ def solve(
 ) -> list[Chunk] | None:
     """Find victims for `job` (see the module docstring); the committed victims, or None."""
     frees = excess.frees if excess else None
+    by_node: dict[int, list[Chunk]] = {}  # over a limit: the taken chunks per node
+    covering: set[int] = set()  # ... and the nodes whose own victims cover the excess
+    tally = excess.left() if excess else {}  # ... and what all taken chunks still have to free
     search = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
     whole_gpus = all(not t.is_fraction for t in tasks)
     need_gpus = sum(t.gpus for t in tasks)
@@ -418,13 +427,28 @@ def solve(
         free += sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in nodes.values()) - before
         if whole_gpus and free < need_gpus:
             continue
-        if frees is not None:  # over a limit: only victims on the job's nodes lower it, place it there
-            if not excess.covered(taken):
-                continue
-            if search.scenario(taken, _victim_nodes(search, taken)):
-                got = minimal(search, taken, on_victims=True)
-                if got is not None:
-                    return got
+        if excess:  # over a limit: only victims on the job's nodes lower it, so place it there
+            for ns in chunk.nodes:
+                by_node.setdefault(ns.index, []).append(chunk)
+            if len(tasks) == 1:  # one pod: its node's own victims must cover the excess
+                spots = {ns.index for ns in chunk.nodes if excess.covered(by_node[ns.index])}
+                spots.update(covering)
+                if not spots:
+                    continue
+                covering.update(spots)
+                nodes_for = search.only(covering)
+            else:
+                excess.take(tally, chunk)
+                if not excess.done(tally) or not any(_fits_node(ns, t) for ns in nodes.values() for t in tasks):
+                    continue
+                nodes_for = _victim_nodes(search, taken)
+            if search.scenario(taken, nodes_for):
+                if excess.covered(needed(taken, search.used_nodes())):
+                    got = minimal(search, taken, on_victims=True)
+                    if got is not None:
+                        return got
+                else:
+                    search.unplace()
             continue
         if failed_once and whole_gpus:
             if not any(_fits_node(ns, t) for ns in nodes.values() for t in tasks):
