@@ -22,7 +22,17 @@ from collections.abc import Callable, Iterable, Iterator
 from shoal.core.model import PodGroup
 from shoal.core.ordering import elastic_state, task_order_key
 from shoal.core.resources import Resources
-from shoal.core.session import ALLOCATED, PIPELINED, RUNNING, Job, NodeState, Session, SubGroupNode, Task, epoch_of
+from shoal.core.session import (
+    ALLOCATED,
+    PIPELINED,
+    RUNNING,
+    Job,
+    NodeState,
+    Session,
+    SubGroupNode,
+    Task,
+    epoch_of,
+)
 
 
 class Chunk:
