@@ -32,7 +32,7 @@ from shoal.core.placement import NodeFilter, find_node, request_signature, stati
 from shoal.core.plan import Annotate
 from shoal.core.session import GATED, PENDING, Job, NodeState, SubGroupNode, Task
 from shoal.core.statement import Op
-from shoal.core.victim_gate import Feasible, helps, shapes
+from shoal.core.victim_gate import Feasible, helps, hosts, shapes
 from shoal.core.victims import Chunk
 
 VICTIM_BUDGET_EXHAUSTED = "VictimSearchBudgetExhausted"
@@ -196,14 +196,6 @@ def replace_evicted(ctx: Context, chunks: list[Chunk]) -> list[Op] | None:
     return list(stmt.log[cp:])
 
 
-def _fits_node(ns: NodeState, task: Task) -> bool:
-    return (
-        task.gpus <= ns.idle_gpus + ns.rel_gpus
-        and task.cpu <= ns.idle_cpu + ns.rel_cpu
-        and task.mem <= ns.idle_mem + ns.rel_mem
-    )
-
-
 class FreeGpus:
     """Idle + releasing GPUs over a task's candidate nodes, recomputed only after the nodes changed
     (the session's dirty-node log grew) or for another constraint signature."""
@@ -273,9 +265,10 @@ class Search:
         self.ctx.statement.rollback(self.cp)
         self.evict(chunks)
 
-    def scenario(self, chunks: list[Chunk], nodes: NodeFilter | None = None) -> bool:
+    def scenario(self, chunks: list[Chunk], nodes: NodeFilter | None = None, place_only: bool = False) -> bool:
         """With `chunks` evicted: place the job (on `nodes`, else anywhere), re-place the moved pods
-        (consolidation) anywhere, validate. Rolls back to the evictions on failure."""
+        (consolidation) anywhere, validate (`place_only`: just place the job, consolidation's first
+        step, whose moves are then pruned to the nodes it uses). Rolls back to the evictions on failure."""
         ctx, stmt = self.ctx, self.ctx.statement
         cp = self.placed_at = stmt.checkpoint()
         ctx.nodes = nodes or self.base
@@ -285,6 +278,8 @@ class Search:
             ctx.nodes = self.base
         if placed is None:
             return False
+        if place_only:
+            return True
         if self.replace and replace_evicted(ctx, chunks) is None:
             stmt.rollback(cp)
             return False
@@ -353,6 +348,11 @@ def minimal(search: Search, taken: list[Chunk], on_victims: bool = False) -> lis
     return None
 
 
+def _movable(ctx: Context, chunks: list[Chunk]) -> bool:
+    """Every pod of `chunks` fits some node on its own now (a necessary condition for moving them)."""
+    return all(find_node(ctx.session, ctx.nodes, t) is not None for c in chunks for t in c.tasks)
+
+
 def _victim_nodes(search: Search, taken: list[Chunk]) -> OnlyNodes:
     return search.only({ns.index for c in taken for ns in c.nodes})
 
@@ -360,8 +360,8 @@ def _victim_nodes(search: Search, taken: list[Chunk]) -> OnlyNodes:
 def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
     used = search.used_nodes()
     keep = needed(taken, used)
-    if len(keep) == len(taken) and not _trimmable(keep):
-        return taken
+    if len(keep) == len(taken) and not _trimmable(keep) and not search.replace:
+        return taken  # the accepted scenario stands as it is
     only = search.only(used)
     search.restart(keep)
     if not search.scenario(keep, only):
@@ -413,10 +413,9 @@ def solve(
     forms = shapes(tasks)
     budget.start_job()
     taken: list[Chunk] = []
-    failed_once = False
     for chunk in chunks:
-        if not helps(chunk, forms, feasible, frees):
-            budget.skipped()
+        if not helps(chunk, forms, feasible, frees) or (replace and not _movable(ctx, [chunk])):
+            budget.skipped()  # frees nothing the job lacks there, or (consolidation) a pod with nowhere to go
             continue
         if not budget.spend():
             break
@@ -432,14 +431,13 @@ def solve(
                 by_node.setdefault(ns.index, []).append(chunk)
             if len(tasks) == 1:  # one pod: its node's own victims must cover the excess
                 spots = {ns.index for ns in chunk.nodes if excess.covered(by_node[ns.index])}
-                spots.update(covering)
-                if not spots:
+                if not spots:  # the covering nodes did not change: the last try stands
                     continue
                 covering.update(spots)
                 nodes_for = search.only(covering)
             else:
                 excess.take(tally, chunk)
-                if not excess.done(tally) or not any(_fits_node(ns, t) for ns in nodes.values() for t in tasks):
+                if not excess.done(tally) or not hosts(chunk, forms, feasible):
                     continue
                 nodes_for = _victim_nodes(search, taken)
             if search.scenario(taken, nodes_for):
@@ -450,14 +448,15 @@ def solve(
                 else:
                     search.unplace()
             continue
-        if failed_once and whole_gpus:
-            if not any(_fits_node(ns, t) for ns in nodes.values() for t in tasks):
+        if not hosts(chunk, forms, feasible):  # nothing new to place on: the job did not fit before
+            continue
+        if search.scenario(taken, place_only=replace):
+            if replace and not _movable(ctx, needed(taken, search.used_nodes())):
+                search.unplace()  # a pod it would move has no node even now: fewer victims give less room
                 continue
-        if search.scenario(taken):
-            got = minimal(search, taken)
+            got = minimal(search, taken, on_victims=replace)
             if got is not None:
                 return got
-        failed_once = True
     ctx.statement.rollback(search.cp)
     return None
 

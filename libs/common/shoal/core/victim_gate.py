@@ -93,3 +93,13 @@ def helps(chunk: Chunk, preemptor: list[tuple[Task, int]], feasible: Feasible, f
             if lack is not None and _frees(victim, lack):
                 return True
     return False
+
+
+def hosts(chunk: Chunk, preemptor: list[tuple[Task, int]], feasible: Feasible) -> bool:
+    """After evicting `chunk`: one of its nodes can take a preemptor task. The job did not fit before
+    its victims, so a placement is worth trying again only then (placement is deterministic)."""
+    for ns in chunk.nodes:
+        for task, _ in preemptor:
+            if ns.index in feasible.of(task) and short_of(ns, task) is None:
+                return True
+    return False
