@@ -1,11 +1,11 @@
-"""A known limit of reclaim stability (documented in test_properties_evictions.py and the core II note):
-allocate places a pending job (j3, queue a) in the same cycle in which reclaim, which only takes victims
-that were running before the cycle, evicts its department sibling's pods (j4, queue b) for another
-department (j0, queue c). In the next cycle b is below its share inside the department and reclaims the
-pod allocate just placed. The property test found this cluster; it is kept here as a strict xfail so the
-defect stays visible and the day it is fixed this test says so."""
+"""The allocate -> reclaim -> sibling-reclaim cascade the no-ping-pong property once found: allocate places
+a pending job (j3, queue a) in the same cycle in which reclaim, which only takes victims that were running
+before the cycle, used to evict the department sibling's pods (j4, queue b) for another department (j0,
+queue c); in the next cycle b was below its share inside the department and reclaimed the pod allocate had
+just placed. Now a department gives from its project most over its share first (reclaim.ordered_chunks) and
+no project is taken below its share while a sibling stays above its own (reclaimable guard (c)), so c waits
+one cycle, then takes from both projects, and nothing is reclaimed back afterwards."""
 
-import pytest
 from test_properties_evictions import NS, _group_of, apply  # noqa: F401
 
 from shoal.core.cycle import run_cycle
@@ -54,11 +54,21 @@ SPEC = {'nodes': [Node(name='n0', pool='', labels={}, taints=(), cpu_milli=64000
     'revision': 1}
 
 
-@pytest.mark.xfail(strict=True, reason="reclaim in the next cycle takes back what allocate placed in a sibling "
-                                       "queue while a third queue reclaimed from the department")
-def test_allocate_then_reclaim_then_sibling_reclaim():
+def _cycles(n: int):
     snap = make_snapshot(**SPEC)
-    first = run_cycle(snap)
-    assert {e.action for e in first.of(Evict)} == {"reclaim"}
-    second = run_cycle(apply(snap, first))
-    assert [e.pod for e in second.of(Evict) if e.action == "reclaim"] == []
+    plans = []
+    for _ in range(n):
+        plan = run_cycle(snap)
+        plans.append(plan)
+        snap = apply(snap, plan)
+    return plans
+
+
+def test_department_gives_from_the_project_over_its_share_and_nothing_is_taken_back():
+    first, second, third, fourth = _cycles(4)
+    assert first.of(Evict) == []  # the only victim, j4, would empty b while a stays above its share
+    reclaimed = sorted(e.pod for e in second.of(Evict) if e.action == "reclaim")
+    assert reclaimed == ["ns/j3-0", "ns/j4-1", "ns/j4-2"]  # from b and from a, down to their shares
+    assert {e.by for e in second.of(Evict)} == {"ns/j0"}
+    assert [e.pod for e in third.of(Evict) if e.action == "reclaim"] == []
+    assert [e.pod for e in fourth.of(Evict) if e.action == "reclaim"] == []

@@ -165,9 +165,8 @@ def test_no_gang_left_below_its_minimum(spec):
             assert not left or len(left) >= group.min_member, (name, [p.key for p in left])
 
 
-# derandomized: a known counterexample outside the property's scope (allocate + reclaim in one cycle, then a
-# sibling's reclaim) is pinned as a strict xfail in test_known_reclaim_cascade.py; CI must not flip on it.
-@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# the allocate -> reclaim -> sibling-reclaim cascade it once found is pinned in test_known_reclaim_cascade.py
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
 def test_replanning_after_the_plan_evicts_nothing_new(spec):
     snap = make_snapshot(**spec)

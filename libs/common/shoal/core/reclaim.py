@@ -7,9 +7,9 @@ limit is checked in the scenario, with the victims under it gone: limits.py), or
 queue over its fair share.
 Victims: preemptible jobs of other queues with running pods that pass the leveled victim filter; jobs
 protected by reclaim min-runtime offer only their pods above their minimum. The queue most over its
-share gives first (re-evaluated after each chunk); inside a queue the lowest job goes first (lowest
-priority, above-min elastic, newest). The shared solver accumulates chunks until the job is placed
-and `reclaimable.scenario_ok` holds. Victims get the message "Pod ns/p was preempted by workload
+share gives first (re-evaluated after each chunk), level by level down to the leaf; inside a leaf the
+lowest job goes first (lowest priority, above-min elastic, newest). The shared solver accumulates
+chunks until the job is placed and `reclaimable.scenario_ok` holds. Victims get the message "Pod ns/p was preempted by workload
 ns/<pg>." followed by the victim's and the reclaimer's queue lines at the divergence level.
 """
 
@@ -54,40 +54,65 @@ def record_delay(ctx: Context, job: Job) -> bool:
     return True
 
 
-def level_streams(ctx: Context, job: Job, request: Resources, before: dict[str, Resources],
-                  pool: VictimPool) -> dict[str, Iterator[Chunk]]:
-    """Lazy chunk streams per victim level queue (the leveled filter is decided once per queue)."""
+def leaf_streams(ctx: Context, job: Job, request: Resources, before: dict[str, Resources],
+                 pool: VictimPool) -> dict[str, tuple[str, Iterator[Chunk]]]:
+    """Lazy chunk streams per victim leaf queue, with the victim level queue each belongs to (the
+    leveled filter is decided once per queue)."""
     session, shares = ctx.session, ctx.shares
-    groups: dict[str, list[str]] = {}
+    out: dict[str, tuple[str, Iterator[Chunk]]] = {}
     for name in pool.queues_with_victims():
         if name == job.queue:
             continue
         level = reclaimable.leveled(shares, job.queue, name)
         if level is None or not reclaimable.victim_allowed(shares, before, level, request):
             continue
-        groups.setdefault(level[1], []).append(name)
-    out = {}
-    for level_name, names in groups.items():
-        runtimes = {n: reclaim_min_runtime(session, job.queue, n) for n in names}
+        runtime = reclaim_min_runtime(session, job.queue, name)
 
-        def protected(victim: Job, runtimes=runtimes) -> bool:
-            return is_protected(session, victim, runtimes[victim.queue])
+        def protected(victim: Job, runtime=runtime) -> bool:
+            return is_protected(session, victim, runtime)
 
-        out[level_name] = stream(pool.jobs(names), protected)
+        out[name] = (level[1], stream(pool.jobs([name]), protected))
     return out
 
 
-def ordered_chunks(ctx: Context, streams: dict[str, Iterator[Chunk]], before: dict[str, Resources]) -> Iterator[Chunk]:
-    """The most over-served victim queue gives next (dominant share of what it still holds)."""
-    left = {name: before[name] for name in streams}
-    live = dict(streams)
+def ordered_chunks(ctx: Context, streams: dict[str, tuple[str, Iterator[Chunk]]],
+                   before: dict[str, Resources]) -> Iterator[Chunk]:
+    """The most over-served queue gives next, level by level: among the victim level queues, then among
+    that queue's children, down to a leaf (dominant share of what each still holds), so a department
+    gives from the project most over its share first and no project is emptied while a sibling keeps
+    more than its share. Inside a leaf the victim order holds."""
+    shares = ctx.shares
+    below: dict[str, list[str]] = {}  # queue -> its children with live leaves under them
+    tops: set[str] = set()
+    for leaf, (top, _) in streams.items():
+        path = reclaimable.path_down(shares, leaf)
+        path = path[path.index(top):]
+        tops.add(top)
+        for parent, child in zip(path, path[1:], strict=False):
+            kids = below.setdefault(parent, [])
+            if child not in kids:
+                kids.append(child)
+    left = {name: before[name] for name in set(below) | set(streams) | tops}
+    live = {leaf: it for leaf, (_, it) in streams.items()}
+
+    def alive(name: str) -> bool:
+        return name in live or any(alive(c) for c in below.get(name, ()))
+
+    def busiest(names) -> str:
+        return max(sorted(names), key=lambda n: dominant_share(shares[n], ctx.total, left[n]))
+
     while live:
-        name = max(sorted(live), key=lambda n: dominant_share(ctx.shares[n], ctx.total, left[n]))
+        name = busiest([t for t in tops if alive(t)])
+        path = [name]
+        while name in below:  # down to a leaf, the busiest child each time
+            name = busiest([c for c in below[name] if alive(c)])
+            path.append(name)
         chunk = next(live[name], None)
         if chunk is None:
             del live[name]
             continue
-        left[name] = left[name] - chunk.resources
+        for queue in path:
+            left[queue] = left[queue] - chunk.resources
         yield chunk
 
 
@@ -97,7 +122,7 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Vic
     request = fair_request(tasks)
     if not reclaimable.can_reclaim(shares, before, job.queue, request):
         return False
-    streams = level_streams(ctx, job, request, before, pool)
+    streams = leaf_streams(ctx, job, request, before, pool)
     if not streams:
         return False
     mask = reclaimable.requested_mask(request)

@@ -19,10 +19,12 @@ cycle's fair-share division.
 - Shoal (SPEC §2.4), in the resources the reclaimer asks for: (a) no queue on the reclaimer's path up to
   the divergence level ends above its allocatable share, so reclaim reaches fair share and stops there;
   (b) where a reclaimer level queue ends above deserved in a resource, it may not take the victim
-  queue below min(its allocation, its deserved) in that same resource.
+  queue below min(its allocation, its deserved) in that same resource; (c) below the divergence level,
+  no queue on the victim's path is taken below min(its allocation, its fair share) in a resource while a
+  sibling ends above its own fair share there (`_inner_ok`). Together they make a reclaim final: right
+  after it, the victims' queues can claim nothing back from the reclaimer (no ping-pong).
 - Deserved quota in these checks is KAI's: a resource whose quota is UNLIMITED (-1) is never "over
-  deserved" and is skipped (`deserved`); fair share and allocatable are the division's. Together they make a reclaim final: right after it, the victims'
-  queues can claim nothing back from the reclaimer (no ping-pong).
+  deserved" and is skipped (`deserved`); fair share and allocatable are the division's.
 
 Eviction message (`reclaim_message`): "Pod ns/p was preempted by workload ns/<pg>." then, one per line,
 the victim's and the reclaimer's queue at the divergence level: "<queue> uses <alloc> with a quota of
@@ -138,6 +140,33 @@ def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources
             return False
         if not _saturation_ok(r, v, after[r_name], after[v_name], mask, multiplier):
             return False
+    for leaf in sorted({c.job.queue for c in chunks}):
+        if not _inner_ok(shares, before, after, levels, leaf, mask):
+            return False
+    return True
+
+
+def _inner_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources], after: Mapping[str, Resources],
+              levels: Mapping[str, str], leaf: str, mask: tuple[bool, bool, bool]) -> bool:
+    """Guard (c), below the divergence level: no queue on the victim's path is taken below
+    min(what it had, its fair share) in a resource while a sibling of it ends above its own fair share
+    there (it would reclaim from that sibling in the next cycle: ping-pong inside a department)."""
+    path = path_down(shares, leaf)
+    inner = next((i for i, name in enumerate(path) if name in levels), None)
+    if inner is None:
+        return True
+    for name in path[inner + 1:]:
+        share = shares[name]
+        floor = before[name].minimum(share.fair_share)
+        if not _over(floor, after[name], mask):
+            continue
+        low = [f > a for f, a, sel in zip(floor.values(), after[name].values(), mask, strict=True)]
+        for sib in shares[share.parent].children if share.parent in shares else ():
+            if sib == name or sib not in after:
+                continue
+            fair = shares[sib].fair_share.values()
+            if any(lo and a > f for lo, a, f in zip(low, after[sib].values(), fair, strict=True)):
+                return False
     return True
 
 
