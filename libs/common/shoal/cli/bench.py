@@ -3,7 +3,10 @@
 Clusters of 100 / 1,000 / 4,000 nodes x 8 GPUs with 2k / 20k / 140k pods: most running (whole-GPU pods,
 shared GPUs with fractional pods, CPU-only pods), a few hundred pending (gangs, single GPU pods,
 fractions, CPU pods), two departments of four projects under `root`. The generator is seeded, so a size
-always gives the same cluster. Prints snapshot-build ms, per-action ms and total per size.
+always gives the same cluster. `--files` benches manifest files instead (the shared generator's clusters).
+Prints snapshot-build ms, per-action ms and total per cluster, and per eviction action its evictions,
+pipelined pods, evictions per pipelined pod, victim-search counters and unneeded evictions
+(bench_report.py).
 """
 
 from __future__ import annotations
@@ -11,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 
-from shoal.core.cycle import run_cycle_timed
+from shoal.cli.bench_report import load_snapshot, measure, table
 from shoal.core.model import (
     FractionRequest,
     Node,
@@ -28,7 +30,6 @@ from shoal.core.model import (
     Snapshot,
     make_snapshot,
 )
-from shoal.core.plan import Bind, Pipeline
 
 SIZES = {100: 2_000, 1_000: 20_000, 4_000: 140_000}
 GI = 1024**3
@@ -235,25 +236,7 @@ def generate(nodes: int, pods: int, seed: int = 7, pending: int = 300) -> Snapsh
 
 
 def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_counter) -> dict:
-    snap = generate(nodes, pods, seed)
-    runs = []
-    plan = None
-    for _ in range(repeat):
-        plan, t = run_cycle_timed(snap, clock)
-        runs.append(t)
-    pending = sum(1 for p in snap.pods if p.node_name is None)
-    best = min(runs, key=lambda t: t.total_duration_ms)
-    return {
-        "nodes": nodes,
-        "pods": len(snap.pods),
-        "pending": pending,
-        "snapshot_build_ms": best.snapshot_build_ms,
-        "action_durations_ms": best.action_durations_ms,
-        "total_duration_ms": best.total_duration_ms,
-        "median_total_ms": round(statistics.median(t.total_duration_ms for t in runs), 3),
-        "binds": len(plan.of(Bind)) if plan else 0,
-        "pipelined": len(plan.of(Pipeline)) if plan else 0,
-    }
+    return measure(f"gen-{nodes}", generate(nodes, pods, seed), repeat, clock)
 
 
 def add_parser(subparsers) -> None:
@@ -270,6 +253,10 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--repeat", type=int, default=3, help="cycles per size (best and median reported)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--files", nargs="+", metavar="FILE",
+                        help="core: bench these manifest files (e.g. ../shared/tools/gen_cluster.py --format json "
+                             "clusters) instead of the generated sizes")
+    parser.add_argument("--now", default="2026-01-01T00:00:00Z", help="core --files: the cycle's time (RFC3339)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--clock",
@@ -287,33 +274,31 @@ def run(args: argparse.Namespace) -> int:
         from shoal.cli.bench_reclaim import run_reclaim
 
         return run_reclaim(args)
-    try:
-        sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
-    except ValueError:
-        print(f"--sizes: not a list of integers: {args.sizes}", file=sys.stderr)
-        return 2
-    bad = [s for s in sizes if s not in SIZES]
-    if bad:
-        print(f"--sizes: unknown size(s) {bad}; choose from {sorted(SIZES)}", file=sys.stderr)
-        return 2
     clock = time.process_time if getattr(args, "clock", "wall") == "cpu" else time.perf_counter
-    rows = [bench_one(n, SIZES[n], max(1, args.repeat), args.seed, clock) for n in sizes]
+    if args.files:
+        rows = []
+        for path in args.files:
+            try:
+                snap = load_snapshot(path, args.now)
+            except (ValueError, OSError) as exc:
+                print(f"--files: {exc}", file=sys.stderr)
+                return 2
+            rows.append(measure(path.rsplit("/", 1)[-1], snap, max(1, args.repeat), clock))
+    else:
+        try:
+            sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+        except ValueError:
+            print(f"--sizes: not a list of integers: {args.sizes}", file=sys.stderr)
+            return 2
+        bad = [s for s in sizes if s not in SIZES]
+        if bad:
+            print(f"--sizes: unknown size(s) {bad}; choose from {sorted(SIZES)}", file=sys.stderr)
+            return 2
+        rows = [bench_one(n, SIZES[n], max(1, args.repeat), args.seed, clock) for n in sizes]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    head = (
-        f"{'nodes':>6} {'pods':>8} {'pending':>7} {'build ms':>9} {'allocate ms':>11} {'other ms':>8} "
-        f"{'total ms':>9} {'median':>9} {'binds':>6} {'pipelined':>9}"
-    )
-    print(head)
-    for r in rows:
-        acts = r["action_durations_ms"]
-        other = sum(v for k, v in acts.items() if k != "allocate")
-        print(
-            f"{r['nodes']:>6} {r['pods']:>8} {r['pending']:>7} {r['snapshot_build_ms']:>9.1f} "
-            f"{acts.get('allocate', 0.0):>11.1f} {other:>8.1f} {r['total_duration_ms']:>9.1f} "
-            f"{r['median_total_ms']:>9.1f} {r['binds']:>6} {r['pipelined']:>9}"
-        )
+    sys.stdout.write(table(rows))
     return 0
 
 

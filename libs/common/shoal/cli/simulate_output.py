@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from shoal.cli.simulation import SimulationResult
+from shoal.core.audit import eviction_figures
 from shoal.core.plan import Bind, Evict, Pipeline, Plan, SetCondition
 from shoal.core.podgrouper import POD_GROUP_ANNOTATION
 
@@ -99,9 +100,13 @@ def render_json(result: SimulationResult) -> dict:
 
 
 def timings_json(result: SimulationResult) -> list[dict]:
+    """Per cycle: SPEC §5's timings, plus per eviction action its evictions, the pods its evictors got
+    placed and pipelined, and the victim-search counters."""
     return [{"cycle": c.cycle, "snapshot_build_ms": round(c.snapshot_build_ms, 3),
              "total_duration_ms": round(c.total_duration_ms, 3),
-             "action_durations_ms": {k: round(v, 3) for k, v in sorted(c.action_durations_ms.items())}}
+             "action_durations_ms": {k: round(v, 3) for k, v in sorted(c.action_durations_ms.items())},
+             "evictions": eviction_figures(c.plan),
+             "counters": dict(sorted(c.counters.items()))}
             for c in result.cycles]
 
 

@@ -47,6 +47,7 @@ class CycleRecord:
     snapshot_build_ms: float
     total_duration_ms: float
     action_durations_ms: dict[str, float]
+    counters: dict[str, int] = field(default_factory=dict)  # victim-search counters of the cycle
 
 
 @dataclass
@@ -70,11 +71,12 @@ def _kind_key(doc: Mapping) -> tuple[str, str]:
     return str(doc.get("kind") or ""), _key(doc)
 
 
-def _run_core(snapshot, timer: Timer) -> tuple[Plan, float, dict[str, float]]:
-    """The plan, the session-build milliseconds and every action's milliseconds (0 when disabled)."""
+def _run_core(snapshot, timer: Timer) -> tuple[Plan, float, dict[str, float], dict[str, int]]:
+    """The plan, the session-build milliseconds, every action's milliseconds (0 when disabled) and the
+    victim-search counters."""
     plan, timings = run_cycle_timed(snapshot, timer)
     durations = {name: float(timings.action_durations_ms.get(name, 0.0)) for name in ALL_ACTIONS}
-    return plan, timings.snapshot_build_ms, durations
+    return plan, timings.snapshot_build_ms, durations, dict(timings.counters)
 
 
 def _stamp_creation(docs: Sequence[object], now: str) -> None:
@@ -191,10 +193,11 @@ def simulate(documents: Sequence[Mapping], *, cycles: int = 1, now: str | None =
             result.documents = docs
             return result
         _materialize_groups(docs, ingest, current)
-        plan, session_ms, actions = _run_core(ingest.snapshot, clock)
+        plan, session_ms, actions, counters = _run_core(ingest.snapshot, clock)
         finished = clock()
         result.cycles.append(CycleRecord(cycle=cycle, plan=plan, snapshot_build_ms=(built - started) * 1000 + session_ms,
-                                         total_duration_ms=(finished - started) * 1000, action_durations_ms=actions))
+                                         total_duration_ms=(finished - started) * 1000, action_durations_ms=actions,
+                                         counters=counters))
         docs = _apply(docs, plan, cycle, current)
         result.last = ingest
         current = add_seconds(current, ingest.settings.schedule_period_s)

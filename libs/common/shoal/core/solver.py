@@ -399,19 +399,65 @@ def solve(
     replace: bool = False,
     excess: Excess | None = None,
 ) -> list[Chunk] | None:
-    """Find victims for `job` (see the module docstring); the committed victims, or None."""
+    """Find victims for `job` (see the module docstring); the victims of the scenario left on the
+    statement, or None (nothing left).
+
+    When the scenario found takes whole gangs that mostly run elsewhere (gang-mates evicted off the
+    job's nodes), the search runs once more without those gangs and keeps whichever evicts fewer pods."""
+    seen: list[Chunk] = []
+
+    def recorded(source: Iterable[Chunk]):
+        for chunk in source:
+            seen.append(chunk)
+            yield chunk
+
+    budget.start_job()
+    stream = iter(chunks)
+    search = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
+    got = _search(search, recorded(stream), budget, excess)
+    if got is None or replace:
+        return got
+    used = search.used_nodes()
+    spread = {id(c.job) for c in got if any(ns.index not in used for ns in c.nodes)}
+    if not spread:
+        return got
+    ctx.statement.rollback(search.cp)
+    skip = [c for c in seen if id(c.job) not in spread]
+    rest = (c for c in stream if id(c.job) not in spread)
+    again = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
+    other = _search(again, _chain(skip, rest), budget, excess)
+    if other is not None and _pods(other) < _pods(got):
+        return other
+    ctx.statement.rollback(search.cp)
+    search.restart(got)
+    if not search.scenario(got, search.only(used)):  # pragma: no cover - the first scenario replays
+        ctx.statement.rollback(search.cp)
+        return None
+    return got
+
+
+def _chain(first: list[Chunk], then: Iterable[Chunk]):
+    yield from first
+    yield from then
+
+
+def _pods(chunks: list[Chunk]) -> int:
+    return sum(len(c.tasks) for c in chunks)
+
+
+def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Excess | None) -> list[Chunk] | None:
+    """One pass of the victim search over `chunks` (see `solve`)."""
+    ctx, job, tasks, replace = search.ctx, search.job, search.tasks, search.replace
     frees = excess.frees if excess else None
     by_node: dict[int, list[Chunk]] = {}  # over a limit: the taken chunks per node
     covering: set[int] = set()  # ... and the nodes whose own victims cover the excess
     tally = excess.left() if excess else {}  # ... and what all taken chunks still have to free
-    search = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
     whole_gpus = all(not t.is_fraction for t in tasks)
     need_gpus = sum(t.gpus for t in tasks)
     free = budget.free.of(tasks[0]) if whole_gpus and tasks else 0
     feasible = budget.feasible
     cands = feasible.of(tasks[0]) if tasks else frozenset()
     forms = shapes(tasks)
-    budget.start_job()
     taken: list[Chunk] = []
     for chunk in chunks:
         if not helps(chunk, forms, feasible, frees) or (replace and not _movable(ctx, [chunk])):
