@@ -18,6 +18,7 @@ import sys
 import time
 
 from shoal.cli.bench_report import load_snapshot, measure, table
+from shoal.cli.manifests import ManifestError
 from shoal.core.model import (
     FractionRequest,
     Node,
@@ -280,6 +281,9 @@ def run(args: argparse.Namespace) -> int:
         for path in args.files:
             try:
                 snap = load_snapshot(path, args.now)
+            except ManifestError as exc:
+                print(f"--files: {'; '.join(exc.lines)}", file=sys.stderr)
+                return 2
             except (ValueError, OSError) as exc:
                 print(f"--files: {exc}", file=sys.stderr)
                 return 2

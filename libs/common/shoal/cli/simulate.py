@@ -61,7 +61,9 @@ OUTPUT (--output json, the default when stdout is not a terminal) is one JSON ob
   millicores, memory in bytes; -1 = unlimited. fraction is the GPU portion per device (0.5) or null.
   final.podGroups counts each group's active pods (a pipelined pod is not pending).
 --timings FILE writes a JSON list, per cycle: {{"cycle", "snapshot_build_ms", "total_duration_ms",
-  "action_durations_ms": {{"allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"}}}}.
+  "action_durations_ms": {{"allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"}},
+  "evictions": {{"<action>": {{"evictions", "placed", "pipelined"}}}}, "counters": {{"<action>.victims_simulated",
+  "<action>.victims_skipped", "<action>.job_budget_exhausted", "<action>.budget_exhausted"}}}}.
 Bad input exits 2 with `file:document: field: problem` lines on stderr (documents count from 1)
 and prints nothing on stdout.
 """

@@ -447,7 +447,7 @@ def _pods(chunks: list[Chunk]) -> int:
 
 def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Excess | None) -> list[Chunk] | None:
     """One pass of the victim search over `chunks` (see `solve`)."""
-    ctx, job, tasks, replace = search.ctx, search.job, search.tasks, search.replace
+    ctx, tasks, replace = search.ctx, search.tasks, search.replace
     frees = excess.frees if excess else None
     by_node: dict[int, list[Chunk]] = {}  # over a limit: the taken chunks per node
     covering: set[int] = set()  # ... and the nodes whose own victims cover the excess
