@@ -1,36 +1,40 @@
 """The shared victim-accumulating solver used by consolidation, reclaim and preempt (KAI §4.3–§4.5).
 
-`solve` works on the cycle's reversible statement. It evicts victim chunks one at a time (in the order
-the action gives) and, after each, tries to place the preemptor's tasks (allocated where they fit in
-idle resources, pipelined onto releasing ones; a gang below its minimum that needed a pipelined task is
-pipelined whole). Consolidation also re-places every evicted pod (pipelined) and accepts only when all of
-them found a node. The action's `accept` validates the scenario; an accepted scenario is pruned of
-victims whose nodes the placement did not use, then committed. A rejected scenario is rolled back, so
-nothing of it leaks.
+`solve` works on the cycle's reversible statement. It evicts victim chunks one at a time, in the order the
+action gives, and tries to place the preemptor's tasks after a chunk that can matter; an accepted scenario
+is reduced to only the victims the placement needs (scenario.minimal, SPEC §4) and left on the statement
+for the action to commit. A rejected scenario is rolled back, so nothing of it leaks.
 
-The search is bounded: every simulated chunk eviction spends one unit of the action's `Budget`
-(`ShardConfig.victim_budget` per action and cycle). When it runs out the job being searched gets the
-`VictimSearchBudgetExhausted` reason and the action stops; counters go to the cycle timings.
+Before a chunk is simulated (victim_gate.py): it must free, on one of its nodes, something a preemptor task
+lacks there (GPUs or a shared GPU's portion, CPU, memory, a pod slot), or lower a queue that is over its
+limit (limits.py); consolidation also skips pods that have nowhere to move. A placement is tried only
+after a chunk whose node can now take a preemptor task and, for whole-GPU tasks, once the idle +
+releasing GPUs of the candidate nodes (recounted from the simulation, so a shared GPU emptied of its
+fractional pods counts) cover the request. A job over a queue limit is placed on its victims' nodes
+(for one pod: a node whose own victims cover the excess). When the scenario found takes whole gangs
+that mostly run elsewhere, the search runs once more without them and keeps whichever evicts fewer pods.
 
-Placement attempts are skipped while they cannot succeed: until the idle + releasing GPUs of the
-cluster cover the tasks' GPUs, and after a failed attempt until a node touched by a new victim can hold
-one of the tasks (on other nodes nothing changed, and placement is deterministic).
+The search is bounded: every simulated chunk spends one unit of the action's `Budget`
+(`ShardConfig.victim_budget` per action and cycle) and of the job's (`victim_budget_per_job`). A job that
+spends its own budget gets `VictimSearchBudgetExhausted` and the next jobs are still tried; when the
+action's budget runs out the job being searched gets it and the action stops. Counters (victims
+simulated / skipped, budget stops) go to the cycle timings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from shoal.core import topology
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
 from shoal.core.limits import Excess
 from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_LAST_EVICTION
-from shoal.core.ordering import DEFAULT_POLICY, Policy, is_satisfied
-from shoal.core.placement import NodeFilter, find_node, request_signature, static_signature
+from shoal.core.ordering import DEFAULT_POLICY, Policy
+from shoal.core.placement import request_signature, static_signature
 from shoal.core.plan import Annotate
-from shoal.core.session import GATED, PENDING, Job, NodeState, SubGroupNode, Task
+from shoal.core.scenario import Accept, MessageOf, Search, minimal, movable, needed, victim_nodes
+from shoal.core.session import GATED, PENDING, Job, SubGroupNode, Task
 from shoal.core.statement import Op
 from shoal.core.victim_gate import Feasible, helps, hosts, shapes
 from shoal.core.victims import Chunk
@@ -144,58 +148,6 @@ def next_tasks(job: Job, policy: Policy = DEFAULT_POLICY) -> list[Task]:
     return tasks_to_allocate(job.root, policy)
 
 
-def place_tasks(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
-    """Place every task (all or nothing) on the statement; the new ops, or None (rolled back).
-    A topology-constrained job is placed inside one of its domains (topology.py), tried in order."""
-    if topology.constraint_of(job) is None:
-        return _place_on(ctx, job, tasks)
-    base = ctx.nodes
-    try:
-        for nodes in topology.domain_filters(ctx, job, tasks):
-            ctx.nodes = nodes
-            got = _place_on(ctx, job, tasks)
-            if got is not None:
-                return got
-    finally:
-        ctx.nodes = base
-    return None
-
-
-def _place_on(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
-    stmt = ctx.statement
-    cp = stmt.checkpoint()
-    was_satisfied = is_satisfied(job.root)
-    below_min_pipelined = False
-    for task in tasks:
-        spot = find_node(ctx.session, ctx.nodes, task)
-        if spot is None:
-            stmt.rollback(cp)
-            return None
-        if spot.pipelined:
-            stmt.pipeline(task, spot.node, spot.picks)
-            below_min_pipelined = below_min_pipelined or not was_satisfied
-        else:
-            stmt.allocate(task, spot.node, spot.picks)
-    ops = stmt.log[cp:]
-    if below_min_pipelined:
-        stmt.convert_to_pipelined(list(ops))
-    return list(stmt.log[cp:])
-
-
-def replace_evicted(ctx: Context, chunks: list[Chunk]) -> list[Op] | None:
-    """Consolidation: re-place every evicted pod (pipelined); None (rolled back) if one has no node."""
-    stmt = ctx.statement
-    cp = stmt.checkpoint()
-    for chunk in chunks:
-        for task in chunk.tasks:
-            spot = find_node(ctx.session, ctx.nodes, task)
-            if spot is None:
-                stmt.rollback(cp)
-                return None
-            stmt.pipeline(task, spot.node, spot.picks)
-    return list(stmt.log[cp:])
-
-
 class FreeGpus:
     """Idle + releasing GPUs over a task's candidate nodes, recomputed only after the nodes changed
     (the session's dirty-node log grew) or for another constraint signature."""
@@ -212,179 +164,6 @@ class FreeGpus:
             self.value = sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in cands)
             self.key = key
         return self.value
-
-
-class OnlyNodes(NodeFilter):
-    """The action's node filter limited to some nodes (where a scenario's victims may be kept)."""
-
-    def __init__(self, base: NodeFilter, members: set[int], feasible: Feasible) -> None:
-        super().__init__(base.session)
-        self.base = base
-        self.members = sorted(members)
-        self.feasible = feasible
-
-    def candidates(self, task: Task) -> tuple[list[NodeState], dict[str, int]]:
-        sig = static_signature(task)
-        hit = self._cache.get(sig)
-        if hit is None:
-            allowed = self.feasible.of(task)
-            every = self.session.nodes
-            hit = self._cache[sig] = ([every[i] for i in self.members if i in allowed], {})
-        return hit
-
-
-Accept = Callable[[list[Chunk]], bool]
-MessageOf = Callable[[Task], str]
-
-
-class Search:
-    """One job's victim search: what `solve` needs besides the chunks, and the statement's start."""
-
-    __slots__ = ("ctx", "job", "tasks", "accept", "action", "message_of", "replace", "cp", "base", "feasible",
-                 "placed_at")
-
-    def __init__(self, ctx: Context, job: Job, tasks: list[Task], accept: Accept, action: str,
-                 message_of: MessageOf, replace: bool, feasible: Feasible) -> None:
-        self.ctx, self.job, self.tasks, self.accept = ctx, job, tasks, accept
-        self.action, self.message_of, self.replace = action, message_of, replace
-        self.cp = ctx.statement.checkpoint()
-        self.base = ctx.nodes
-        self.feasible = feasible
-        self.placed_at = self.cp
-
-    def only(self, nodes: set[int]) -> OnlyNodes:
-        return OnlyNodes(self.base, nodes, self.feasible)
-
-    def evict(self, chunks: Iterable[Chunk]) -> None:
-        for chunk in chunks:
-            for t in chunk.tasks:
-                self.ctx.statement.evict(t, self.action, self.job.key, self.message_of(t))
-
-    def restart(self, chunks: list[Chunk]) -> None:
-        """Back to the search's start with exactly `chunks` evicted."""
-        self.ctx.statement.rollback(self.cp)
-        self.evict(chunks)
-
-    def scenario(self, chunks: list[Chunk], nodes: NodeFilter | None = None, place_only: bool = False) -> bool:
-        """With `chunks` evicted: place the job (on `nodes`, else anywhere), re-place the moved pods
-        (consolidation) anywhere, validate (`place_only`: just place the job, consolidation's first
-        step, whose moves are then pruned to the nodes it uses). Rolls back to the evictions on failure."""
-        ctx, stmt = self.ctx, self.ctx.statement
-        cp = self.placed_at = stmt.checkpoint()
-        ctx.nodes = nodes or self.base
-        try:
-            placed = place_tasks(ctx, self.job, self.tasks)
-        finally:
-            ctx.nodes = self.base
-        if placed is None:
-            return False
-        if place_only:
-            return True
-        if self.replace and replace_evicted(ctx, chunks) is None:
-            stmt.rollback(cp)
-            return False
-        if not self.accept(chunks):
-            stmt.rollback(cp)
-            return False
-        return True
-
-    def unplace(self) -> None:
-        """Undo the last accepted scenario's placement, keeping its evictions."""
-        self.ctx.statement.rollback(self.placed_at)
-
-    def used_nodes(self) -> set[int]:
-        """Nodes where the job's tasks are placed in the current scenario."""
-        job = self.job
-        return {op.node.index for op in self.ctx.statement.log[self.cp:]
-                if op.kind in ("allocate", "pipeline") and op.task.job is job}
-
-
-def needed(chunks: list[Chunk], used: set[int]) -> list[Chunk]:
-    """The victims a placement on the `used` nodes needs: the chunks with a pod there; for a job whose
-    core is among them, only its pods on those nodes when the job keeps its minimum without them (a job
-    without subgroups), else all of its pods (a gang never stays below its minimum)."""
-    by_job: dict[int, list[Chunk]] = {}
-    for c in chunks:
-        by_job.setdefault(id(c.job), []).append(c)
-    out: list[Chunk] = []
-    for cs in by_job.values():
-        hit = [c for c in cs if any(ns.index in used for ns in c.nodes)]
-        if not hit:
-            continue
-        if not any(c.core for c in hit):
-            out.extend(hit)
-            continue
-        job = cs[0].job
-        on = [(t, ns) for c in cs for t, ns in zip(c.tasks, c.homes, strict=True) if ns.index in used]
-        running = sum(len(c.tasks) for c in cs)
-        if not job.root.children and running - len(on) >= (job.root.min_member or 0):
-            out.append(Chunk(job, [t for t, _ in on], core=False, homes=[ns for _, ns in on]))
-        else:
-            out.extend(cs)
-    return out
-
-
-TRIM_TRIALS = 48  # at most this many single-chunk removals are tried on an accepted scenario
-
-
-def minimal(search: Search, taken: list[Chunk], on_victims: bool = False) -> list[Chunk] | None:
-    """From an accepted scenario with `taken` evicted: only the victims the placement needs (SPEC §4).
-
-    Keep the chunks on the nodes the job uses (`needed`) and place the job on those nodes only; then
-    try dropping chunks one at a time, last taken first, while the scenario still holds. If the victims
-    on the used nodes do not make a valid scenario (the others were needed only for the queue figures),
-    the job is placed on the victims' nodes instead and pruned again. On success the statement holds
-    the minimal scenario; on failure (None) it holds `taken` evicted and nothing placed.
-    """
-    for nodes in (None,) if on_victims else (None, _victim_nodes(search, taken)):
-        if nodes is not None:
-            search.restart(taken)
-            if not search.scenario(taken, nodes):
-                continue
-        got = _prune(search, taken)
-        if got is not None:
-            return got
-    search.restart(taken)
-    return None
-
-
-def _movable(ctx: Context, chunks: list[Chunk]) -> bool:
-    """Every pod of `chunks` fits some node on its own now (a necessary condition for moving them)."""
-    return all(find_node(ctx.session, ctx.nodes, t) is not None for c in chunks for t in c.tasks)
-
-
-def _victim_nodes(search: Search, taken: list[Chunk]) -> OnlyNodes:
-    return search.only({ns.index for c in taken for ns in c.nodes})
-
-
-def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
-    used = search.used_nodes()
-    keep = needed(taken, used)
-    if len(keep) == len(taken) and not _trimmable(keep) and not search.replace:
-        return taken  # the accepted scenario stands as it is
-    only = search.only(used)
-    search.restart(keep)
-    if not search.scenario(keep, only):
-        return None
-    trials = 0
-    for chunk in reversed(list(keep)):
-        if trials >= TRIM_TRIALS:
-            break
-        if not chunk.core and any(c.core and c.job is chunk.job for c in keep):
-            continue  # an above-minimum pod stays with its gang's core
-        trials += 1
-        fewer = [c for c in keep if c is not chunk]
-        search.restart(fewer)
-        if search.scenario(fewer, only):
-            keep = fewer
-    search.restart(keep)
-    if not search.scenario(keep, only):  # pragma: no cover - the last accepted set replays
-        return None
-    return keep
-
-
-def _trimmable(chunks: list[Chunk]) -> bool:
-    return len(chunks) > 1
 
 
 def solve(
@@ -460,7 +239,7 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
     forms = shapes(tasks)
     taken: list[Chunk] = []
     for chunk in chunks:
-        if not helps(chunk, forms, feasible, frees) or (replace and not _movable(ctx, [chunk])):
+        if not helps(chunk, forms, feasible, frees) or (replace and not movable(ctx, [chunk])):
             budget.skipped()  # frees nothing the job lacks there, or (consolidation) a pod with nowhere to go
             continue
         if not budget.spend():
@@ -485,7 +264,7 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
                 excess.take(tally, chunk)
                 if not excess.done(tally) or not hosts(chunk, forms, feasible):
                     continue
-                nodes_for = _victim_nodes(search, taken)
+                nodes_for = victim_nodes(search, taken)
             if search.scenario(taken, nodes_for):
                 if excess.covered(needed(taken, search.used_nodes())):
                     got = minimal(search, taken, on_victims=True)
@@ -497,7 +276,7 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
         if not hosts(chunk, forms, feasible):  # nothing new to place on: the job did not fit before
             continue
         if search.scenario(taken, place_only=replace):
-            if replace and not _movable(ctx, needed(taken, search.used_nodes())):
+            if replace and not movable(ctx, needed(taken, search.used_nodes())):
                 search.unplace()  # a pod it would move has no node even now: fewer victims give less room
                 continue
             got = minimal(search, taken, on_victims=replace)
