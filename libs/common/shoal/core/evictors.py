@@ -48,6 +48,7 @@ def run_evictors(ctx: Context, name: str, policy: Policy, budget: Budget, *,
         sig = job_signature(job, tasks)
         if sig in budget.failed or not budget.within_depth(job):
             continue
+        budget.start_job()
         if attempt(job, tasks):
             budget.failed.clear()
             if grow and any(t.status == PENDING for t in job.tasks):

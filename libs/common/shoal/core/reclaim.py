@@ -98,8 +98,10 @@ def ordered_chunks(ctx: Context, streams: dict[str, tuple[str, Iterator[Chunk]]]
     def alive(name: str) -> bool:
         return name in live or any(alive(c) for c in below.get(name, ()))
 
+    score = {name: dominant_share(shares[name], ctx.total, held) for name, held in left.items()}
+
     def busiest(names) -> str:
-        return max(sorted(names), key=lambda n: dominant_share(shares[n], ctx.total, left[n]))
+        return max(sorted(names), key=score.__getitem__)
 
     while live:
         name = busiest([t for t in tops if alive(t)])
@@ -113,6 +115,7 @@ def ordered_chunks(ctx: Context, streams: dict[str, tuple[str, Iterator[Chunk]]]
             continue
         for queue in path:
             left[queue] = left[queue] - chunk.resources
+            score[queue] = dominant_share(shares[queue], ctx.total, left[queue])
         yield chunk
 
 

@@ -84,6 +84,12 @@ def deserved(share: QueueShare) -> Resources:
     return Resources(*(UNLIMITED if qv < 0 else dv for qv, dv in zip(q, d, strict=True)))
 
 
+def _over_values(amount: list[int] | tuple[int, ...], bound: tuple[int, int, int]) -> bool:
+    """`_over` on plain (cpu, memory, gpu) values (the per-chunk loop of `scenario_ok`)."""
+    return ((bound[0] >= 0 and amount[0] > bound[0]) or (bound[1] >= 0 and amount[1] > bound[1])
+            or (bound[2] >= 0 and amount[2] > bound[2]))
+
+
 def requested_mask(request: Resources) -> tuple[bool, bool, bool]:
     return tuple(v > 0 for v in request.values())  # type: ignore[return-value]
 
@@ -106,7 +112,7 @@ def victim_allowed(shares: Mapping[str, QueueShare], before: Mapping[str, Resour
 def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources], after: Mapping[str, Resources],
                 reclaimer: str, request: Resources, chunks: list[Chunk], multiplier: float) -> bool:
     mask = requested_mask(request)
-    remaining: dict[str, Resources] = {}
+    remaining: dict[str, list[int]] = {}
     levels: dict[str, str] = {}
     seen: dict[str, tuple[str, str, bool, Resources] | None] = {}
     for chunk in chunks:
@@ -124,12 +130,16 @@ def scenario_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources
             return False
         r_name, v_name, r_within, v_deserved = got
         levels[v_name] = r_name
-        left = remaining.get(v_name, before[v_name])
-        maintain = _over(left, shares[v_name].allocatable)
-        guarantee = r_within and _over(left, v_deserved)
-        if not (maintain or guarantee):
-            return False
-        remaining[v_name] = left - chunk.resources
+        left = remaining.get(v_name)
+        if left is None:
+            left = remaining[v_name] = list(before[v_name].values())
+        if not (_over_values(left, shares[v_name].allocatable.values())
+                or (r_within and _over_values(left, v_deserved.values()))):
+            return False  # neither MaintainFairShare nor GuaranteeDeservedQuota
+        freed = chunk.resources
+        left[0] -= freed.cpu_milli
+        left[1] -= freed.memory_bytes
+        left[2] -= freed.gpu_milli
     path = path_down(shares, reclaimer)
     for v_name, r_name in sorted(levels.items()):
         r, v = shares[r_name], shares[v_name]

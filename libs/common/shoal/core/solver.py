@@ -190,7 +190,6 @@ def solve(
             seen.append(chunk)
             yield chunk
 
-    budget.start_job()
     stream = iter(chunks)
     search = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
     got = _search(search, recorded(stream), budget, excess)
