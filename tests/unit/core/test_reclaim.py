@@ -210,6 +210,27 @@ def test_victim_budget_stops_the_search_and_says_so():
     assert timings.counters["reclaim.victims_simulated"] == 2
 
 
+def test_a_job_that_spends_its_own_budget_is_reported_and_the_next_job_is_still_tried():
+    snap = cluster(
+        nodes=[node("n1", gpus=8)],
+        queues=[queue("a", gpu=(0, -1)), queue("b", gpu=(4, -1))],
+        jobs=one_gpu_jobs("a", "a", 8, running_on="n1")
+        + [job("big", queue="b", pods=4, gpus=1, min_member=4, created=100),
+           job("small", queue="b", pods=1, gpus=1, created=200)],
+        config=ShardConfig(victim_budget_per_job=2),
+    )
+    from shoal.core.cycle import run_cycle_timed
+
+    plan, timings = run_cycle_timed(snap)
+    cond = {c.pod_group: c for c in plan.ops if type(c).__name__ == "SetCondition"}
+    assert cond[f"{NS}/big"].reason == "VictimSearchBudgetExhausted"
+    assert "victim budget per job" in cond[f"{NS}/big"].message
+    assert "simulating 2 victims" in cond[f"{NS}/big"].message
+    assert [e.by for e in plan.of(Evict)] == [f"{NS}/small"]  # one victim, for the job that fits
+    assert timings.counters["reclaim.job_budget_exhausted"] == 1
+    assert "reclaim.budget_exhausted" not in timings.counters
+
+
 def test_reclaim_benchmark_cluster_reclaims_for_every_pending_pod():
     from shoal.cli.bench_reclaim import bench_one
 
