@@ -99,7 +99,7 @@ class Admission:
             outcome = "denied" if not response["allowed"] else ("warned" if response.get("warnings") else "allowed")
             self._reviews.labels(hook=hook, outcome=outcome).inc()
             log.info("admission_review", hook=hook, uid=uid, outcome=outcome,
-                     message=response.get("status", {}).get("message", ""),
+                     message=(response.get("status") or {}).get("message") or "",
                      warnings=response.get("warnings", []), ms=round((time.monotonic() - started) * 1000, 1))
             return web.json_response(answer)
 

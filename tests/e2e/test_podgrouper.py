@@ -51,7 +51,7 @@ async def install_crds(kubeconfig: str) -> None:
                 pass
         for name in names:
             async def established(name: str = name) -> bool:
-                conds = (await kube.get(CRDS, name)).get("status", {}).get("conditions", [])
+                conds = ((await kube.get(CRDS, name)).get("status") or {}).get("conditions") or []
                 return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
             await eventually(established, timeout_s=30, what=f"CRD {name}")

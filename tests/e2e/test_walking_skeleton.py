@@ -56,7 +56,7 @@ async def test_three_pod_gang_is_bound_in_one_decision(shoal, stack, kube, names
     assert max(used.count(n) for n in set(used)) <= 2, "a node got more than its 2 GPUs"
 
     async def running():
-        return all(p.get("status", {}).get("phase") == "Running" for p in await pods_of(kube, namespace, "trio-"))
+        return all((p.get("status") or {}).get("phase") == "Running" for p in await pods_of(kube, namespace, "trio-"))
 
     await eventually(running, timeout_s=30, what="the fake kubelet to run the pods")
 
@@ -79,7 +79,7 @@ async def test_five_pod_gang_stays_pending_with_reason(shoal, kube, namespace, q
 
     async def condition():
         pg = await kube.get(PODGROUPS, "quint", namespace=namespace)
-        conds = pg.get("status", {}).get("schedulingConditions") or []
+        conds = (pg.get("status") or {}).get("schedulingConditions") or []
         return conds[0] if conds else None
 
     cond = await eventually(condition, timeout_s=90, what="the PodGroup's scheduling condition")

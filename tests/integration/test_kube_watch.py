@@ -114,7 +114,7 @@ async def ensure_widget_crd(kube: Kube) -> None:
     async with asyncio.timeout(30):
         while True:
             crd = await kube.get(CRDS, "widgets.test.shoal.io")
-            conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
             if conditions.get("Established") == "True":
                 break
             await asyncio.sleep(0.2)

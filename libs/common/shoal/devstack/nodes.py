@@ -137,7 +137,7 @@ async def _create_one(core: client.CoreV1Api, body: dict[str, Any]) -> None:
             raise ApiException(status=409, reason=str(doc.get("message", "AlreadyExists")))
         if created.status >= 300:
             raise ApiException(status=created.status, reason=str(doc.get("message", "")))
-        kept = doc.get("status", {}).get("capacity", {})
+        kept = (doc.get("status") or {}).get("capacity") or {}
     except ApiException as exc:
         if exc.status != 409:
             raise

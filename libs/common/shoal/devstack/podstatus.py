@@ -24,7 +24,7 @@ class PodView:
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> PodView:
-        meta, spec, status = pod["metadata"], pod.get("spec", {}), pod.get("status", {})
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}  # null right after create
         return cls(
             uid=meta["uid"],
             namespace=meta["namespace"],
@@ -34,7 +34,7 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             grace_s=float(meta.get("deletionGracePeriodSeconds") or 0),
             annotations=meta.get("annotations") or {},
-            containers=[(c["name"], c.get("image", "")) for c in spec.get("containers", [])],
+            containers=[(c["name"], c.get("image", "")) for c in spec.get("containers") or []],
             start_time=status.get("startTime"),
         )
 

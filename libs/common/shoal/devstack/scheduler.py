@@ -119,7 +119,7 @@ async def install_base(kubeconfig: str, *, timeout_s: float = 60.0) -> None:
         deadline = asyncio.get_running_loop().time() + timeout_s
         for name in names:
             while True:
-                conds = (await kube.get(crd, name)).get("status", {}).get("conditions", [])
+                conds = ((await kube.get(crd, name)).get("status") or {}).get("conditions") or []
                 if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
                     break
                 if asyncio.get_running_loop().time() > deadline:
