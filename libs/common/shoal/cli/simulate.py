@@ -38,7 +38,10 @@ rawObjects and config.actions. Understood kinds:
     them (Job: <job>-<i> x parallelism; Deployment/ReplicaSet/StatefulSet: <name>-<i> x replicas),
   and one SchedulerConfig (apiVersion shoal.io/v1alpha1, here or via --config, which wins):
     spec.placementStrategy {{gpu, cpu}}, actions, minRuntime {{preemptMinRuntime, reclaimMinRuntime}}, kValue, usage
-    {{queue: {{gpu, cpu, memory}}}}, reservationNamespace, schedulerNames, schedulePeriod (default 1s).
+    {{queue: {{gpu, cpu, memory}}}}, reservationNamespace, schedulerNames, schedulePeriod (default 1s),
+    victimBudget (simulated victims per eviction action and cycle, default 10000) and victimBudgetPerJob
+    (per job searched, default 1000; a job that spends it is reported VictimSearchBudgetExhausted and the
+    next jobs are still searched), maxConsolidationPreemptees (16).
 Other kinds (ConfigMap, Service, ...) are ignored; a document without `kind` is an error.
 Pods without a PodGroup are grouped by the podgrouper rules (Job: pg-<job>-<uid>, min member from
 kai.scheduler/batch-min-member; Deployment: one group per pod, priority inference; ...). Queues are
