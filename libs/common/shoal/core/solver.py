@@ -23,7 +23,8 @@ simulated / skipped, budget stops) go to the cycle timings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
@@ -97,6 +98,22 @@ class Budget:
         self.job_left = self.per_job
         self.job_spent = 0
         self.job_exhausted = False
+
+    @contextmanager
+    def retry(self) -> Iterator[None]:
+        """A second pass for the same job: its budget is what the first pass spent, and running out
+        of it is not reported (the first pass's scenario stands)."""
+        key = f"{self.action}.job_budget_exhausted"
+        counted, flagged = self.ctx.counters.get(key), self.job_exhausted
+        self.job_left = min(self.job_left, self.job_spent)
+        try:
+            yield
+        finally:
+            self.job_exhausted = flagged
+            if counted is None:
+                self.ctx.counters.pop(key, None)
+            else:
+                self.ctx.counters[key] = counted
 
     def skipped(self) -> None:
         key = f"{self.action}.victims_skipped"
@@ -203,7 +220,8 @@ def solve(
     skip = [c for c in seen if id(c.job) not in spread]
     rest = (c for c in stream if id(c.job) not in spread)
     again = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
-    other = _search(again, _chain(skip, rest), budget, excess)
+    with budget.retry():  # at most what the first pass spent; running out here stops nothing
+        other = _search(again, _chain(skip, rest), budget, excess)
     if other is not None and _pods(other) < _pods(got):
         return other
     ctx.statement.rollback(search.cp)
