@@ -102,6 +102,7 @@ class JobQueue:
         self.heaps: dict[str, list[tuple[tuple, int, Job]]] = {}
         self._seq = 0
         self._req: dict[str, Resources] = {}
+        self._memo: dict[str, tuple[tuple, QueueShare, tuple[str, Job] | None]] = {}
 
     def push(self, job: Job) -> None:
         self._seq += 1
@@ -116,17 +117,25 @@ class JobQueue:
         return r
 
     def _best(self, name: str) -> tuple[str, Job] | None:
+        """The job this (sub)tree offers next. An inner queue's choice is kept while its children's
+        shares and offers are the same objects (only the path of a popped or allocated job changes)."""
         share = self.shares.get(name)
         if share is None:
             return None
         if share.is_leaf:
             heap = self.heaps.get(name)
             return (name, heap[0][2]) if heap else None
-        best: tuple[str, Job, QueueShare] | None = None
+        offers = []
         for child in share.children:
             got = self._best(child)
-            if got is None:
-                continue
+            if got is not None:
+                offers.append((child, got))
+        stamp = tuple((id(self.shares[c]), id(got[1]), id(self._request(got[1]))) for c, got in offers)
+        memo = self._memo.get(name)
+        if memo is not None and memo[0] == stamp and memo[1] is share:
+            return memo[2]
+        best: tuple[str, Job, QueueShare] | None = None
+        for child, got in offers:
             cshare = self.shares[child]
             if best is None:
                 best = (got[0], got[1], cshare)
@@ -136,7 +145,9 @@ class JobQueue:
             )
             if order == LEFT_FIRST:
                 best = (got[0], got[1], cshare)
-        return (best[0], best[1]) if best is not None else None
+        result = (best[0], best[1]) if best is not None else None
+        self._memo[name] = (stamp, share, result)
+        return result
 
     def pop(self) -> Job | None:
         best: tuple[str, Job, QueueShare] | None = None

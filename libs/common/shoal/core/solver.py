@@ -13,6 +13,7 @@ releasing GPUs of the candidate nodes (recounted from the simulation, so a share
 fractional pods counts) cover the request. A job over a queue limit is placed on its victims' nodes
 (for one pod: a node whose own victims cover the excess). When the scenario found takes whole gangs
 that mostly run elsewhere, the search runs once more without them and keeps whichever evicts fewer pods.
+Before any victim, the job is tried on what the cycle's earlier scenarios freed (releasing capacity).
 
 The search is bounded: every simulated chunk spends one unit of the action's `Budget`
 (`ShardConfig.victim_budget` per action and cycle) and of the job's (`victim_budget_per_job`). A job that
@@ -255,6 +256,8 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
     cands = feasible.of(tasks[0]) if tasks else frozenset()
     forms = shapes(tasks)
     taken: list[Chunk] = []
+    if not excess and search.scenario([]):  # onto what earlier scenarios of the cycle freed: no victim
+        return []
     for chunk in chunks:
         if not helps(chunk, forms, feasible, frees) or (replace and not movable(ctx, [chunk])):
             budget.skipped()  # frees nothing the job lacks there, or (consolidation) a pod with nowhere to go
