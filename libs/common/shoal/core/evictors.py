@@ -3,9 +3,7 @@
 consolidation, reclaim and preempt differ only in which jobs may try (`only`), the capacity gate before a
 scenario (`admit`) and the scenario itself (`attempt`); the loop around them is the same: skip jobs inside
 their preemption delay (`delayed` records the reason), skip a job whose signature already failed or that is
-past the queue depth, remember failures, grow a job that still has pending tasks again (`grow`), try a job
-that failed once more after the next success (what that one moved, e.g. a department's total, may let it
-through: otherwise the next cycle would do it, and a reclaim would not be final), and say so
+past the queue depth, remember failures, grow a job that still has pending tasks again (`grow`), and say so
 on the job when the victim-search budget runs out: the action's budget stops the action, a job's own
 budget (`victim_budget_per_job`) stops only that job's search and the next jobs are still tried.
 """
@@ -38,8 +36,6 @@ def run_evictors(ctx: Context, name: str, policy: Policy, budget: Budget, *,
     for job in preemptor_candidates(ctx):
         if only is None or only(job):
             jq.push(job)
-    waiting: list[Job] = []  # failed since the last success: tried once more after the next one
-    retried: set[str] = set()
     while not budget.exhausted:
         job = jq.pop()
         if job is None:
@@ -50,32 +46,18 @@ def run_evictors(ctx: Context, name: str, policy: Policy, budget: Budget, *,
         if not tasks or not admit(job, tasks):
             continue
         sig = job_signature(job, tasks)
-        if sig in budget.failed:
-            _wait(waiting, retried, job)
-            continue
-        if not budget.within_depth(job):
+        if sig in budget.failed or not budget.within_depth(job):
             continue
         budget.start_job()
         if attempt(job, tasks):
             budget.failed.clear()
-            jq.shares = ctx.shares
             if grow and any(t.status == PENDING for t in job.tasks):
+                jq.shares = ctx.shares
                 jq.push(job)
-            for other in waiting:  # what this one moved may let them through now
-                retried.add(other.key)
-                jq.push(other)
-            waiting.clear()
         elif budget.exhausted:
             ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(name, budget.spent), None))
         else:
             budget.failed.add(sig)
-            if not budget.job_exhausted:
-                _wait(waiting, retried, job)
             if budget.job_exhausted:
                 ctx.outcome(job).reasons.append(
                     (VICTIM_BUDGET_EXHAUSTED, job_budget_message(name, budget.job_spent), None))
-
-
-def _wait(waiting: list[Job], retried: set[str], job: Job) -> None:
-    if job.key not in retried and job not in waiting:
-        waiting.append(job)
