@@ -139,6 +139,12 @@ def test_every_eviction_is_needed_by_its_evictors_placement(spec):
     for ev in plan.of(Evict):
         if ev.action != "stalegangeviction":
             assert ev.by in placed, ev  # an evictor that evicts is placed in the same plan
+    evicted = {op.pod for op in plan.of(Evict)}
+    for group in snap.pod_groups:  # a victim gang keeps its minimum or goes whole
+        running = [p for p in snap.pods if p.pod_group == group.name and p.node_name]
+        left = [p for p in running if p.key not in evicted]
+        if len(left) < len(running):
+            assert not left or len(left) >= group.min_member, (group.name, [p.key for p in left])
 
 
 def test_audit_reports_an_eviction_off_the_evictors_nodes():

@@ -256,33 +256,40 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
     cands = feasible.of(tasks[0]) if tasks else frozenset()
     forms = shapes(tasks)
     taken: list[Chunk] = []
+    passed: dict[int, list[Chunk]] = {}  # above-minimum chunks skipped, per victim job
     if not excess and search.scenario([]):  # onto what earlier scenarios of the cycle freed: no victim
         return []
     for chunk in chunks:
         if not helps(chunk, forms, feasible, frees) or (replace and not movable(ctx, [chunk])):
             budget.skipped()  # frees nothing the job lacks there, or (consolidation) a pod with nowhere to go
+            if not chunk.core:
+                passed.setdefault(id(chunk.job), []).append(chunk)
             continue
-        if not budget.spend():
+        # a gang's core goes only with every pod above its minimum: the ones passed over go first
+        group = [*passed.pop(id(chunk.job), ()), chunk] if chunk.core else [chunk]
+        if not all(budget.spend() for _ in group):
             break
-        nodes = {ns.index: ns for ns in chunk.nodes if ns.index in cands}
+        nodes = {ns.index: ns for c in group for ns in c.nodes if ns.index in cands}
         before = sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in nodes.values())
-        search.evict([chunk])
-        taken.append(chunk)
+        search.evict(group)
+        taken.extend(group)
         free += sum(max(ns.idle_gpus + ns.rel_gpus, 0) for ns in nodes.values()) - before
         if whole_gpus and free < need_gpus:
             continue
         if excess:  # over a limit: only victims on the job's nodes lower it, so place it there
-            for ns in chunk.nodes:
-                by_node.setdefault(ns.index, []).append(chunk)
+            for c in group:
+                for ns in c.nodes:
+                    by_node.setdefault(ns.index, []).append(c)
             if len(tasks) == 1:  # one pod: its node's own victims must cover the excess
-                spots = {ns.index for ns in chunk.nodes if excess.covered(by_node[ns.index])}
+                spots = {ns.index for c in group for ns in c.nodes if excess.covered(by_node[ns.index])}
                 if not spots:  # the covering nodes did not change: the last try stands
                     continue
                 covering.update(spots)
                 nodes_for = search.only(covering)
             else:
-                excess.take(tally, chunk)
-                if not excess.done(tally) or not hosts(chunk, forms, feasible):
+                for c in group:
+                    excess.take(tally, c)
+                if not excess.done(tally) or not any(hosts(c, forms, feasible) for c in group):
                     continue
                 nodes_for = victim_nodes(search, taken)
             if search.scenario(taken, nodes_for):
@@ -293,7 +300,7 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
                 else:
                     search.unplace()
             continue
-        if not hosts(chunk, forms, feasible):  # nothing new to place on: the job did not fit before
+        if not any(hosts(c, forms, feasible) for c in group):  # nothing new to place on: it did not fit before
             continue
         if search.scenario(taken, place_only=replace):
             if replace and not movable(ctx, needed(taken, search.used_nodes())):
