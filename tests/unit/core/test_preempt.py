@@ -143,3 +143,21 @@ def test_queue_depth_per_action_caps_the_jobs_searched():
     assert evicted(schedule(capped)) == []
     one = snap.__class__(**{**fields, "config": ShardConfig(queue_depth_per_action={"preempt": 1})})
     assert evicted(schedule(one)) == ["train3-0"]
+
+
+def test_a_queue_at_its_gpu_limit_preempts_only_on_the_node_it_takes():
+    """Issue 10 (4,000 nodes): a 1-GPU job of a queue at its GPU limit used to evict every lower-priority
+    CPU-only pod of its queue on every node until the queue's figures dropped, then was bound on idle
+    capacity elsewhere. Only a victim that frees the over-limit GPU, on the node the job then takes, goes."""
+    cpu_jobs = [job(f"cpu{i}", queue="q", pods=1, cpu=1000, running_on=[f"n{i % 3}"], created=200 + i)
+                for i in range(9)]  # the newest: victim order reaches them first
+    snap = cluster(
+        nodes=[node("n0", gpus=4), node("n1", gpus=4), node("n2", gpus=2)],  # 8 GPUs idle on n0/n1
+        queues=[queue("q", gpu=(2, 2))],
+        jobs=[job("gpuvictim", queue="q", pods=1, gpus=2, running_on=["n2"], created=10)] + cpu_jobs
+        + [job("newcomer", queue="q", pods=1, gpus=1, priority_class="build", created=300)],
+        now=NOW,
+    )
+    r = schedule(snap)
+    assert evicted(r) == ["gpuvictim-0"]
+    assert r.pipelined() == {"newcomer-0": "n2"} and r.bound() == {}
