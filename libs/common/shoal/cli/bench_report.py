@@ -19,12 +19,12 @@ EVICTING = ("consolidation", "reclaim", "preempt")
 
 
 def load_snapshot(path: str, now: str) -> Snapshot:
-    """A manifest file or directory as `shoal simulate` reads it, as one snapshot at `now`."""
+    """A manifest file or directory as `shoal simulate` reads it, as its first cycle's snapshot at `now`."""
     from shoal.cli.manifests import load_documents
-    from shoal.core.ingest import snapshot_from_objects
+    from shoal.cli.simulation import first_snapshot
 
     docs, _ = load_documents([path])
-    got = snapshot_from_objects(docs, now=now, revision=1)
+    got = first_snapshot(docs, now)
     if got.problems:
         raise ValueError(f"{path}: {got.problems[0].message}")
     return got.snapshot

@@ -15,19 +15,13 @@ from collections.abc import Iterable
 
 from shoal.core.allocate import fair_request
 from shoal.core.context import Context
+from shoal.core.queue_order import queue_path
 from shoal.core.session import Job, Task
 from shoal.core.victims import Chunk
 
-Mask = tuple[bool, bool, bool]
-
 
 def _path(ctx: Context, queue: str) -> list[str]:
-    out: list[str] = []
-    name: str | None = queue
-    while name is not None and name in ctx.shares and len(out) <= len(ctx.shares):
-        out.append(name)
-        name = ctx.shares[name].parent
-    return out
+    return [share.name for share in queue_path(ctx.shares, queue)]
 
 
 class Excess:

@@ -72,9 +72,7 @@ def leveled(shares: Mapping[str, QueueShare], reclaimer: str, victim: str) -> tu
 
 def _over(amount: Resources, bound: Resources, only: tuple[bool, bool, bool] = (True, True, True)) -> bool:
     """amount > bound in some (selected) resource; a negative bound is unlimited."""
-    return any(
-        sel and b >= 0 and a > b for a, b, sel in zip(amount.values(), bound.values(), only, strict=True)
-    )
+    return _over_values(amount.values(), bound.values(), only)
 
 
 def deserved(share: QueueShare) -> Resources:
@@ -84,10 +82,12 @@ def deserved(share: QueueShare) -> Resources:
     return Resources(*(UNLIMITED if qv < 0 else dv for qv, dv in zip(q, d, strict=True)))
 
 
-def _over_values(amount: list[int] | tuple[int, ...], bound: tuple[int, int, int]) -> bool:
-    """`_over` on plain (cpu, memory, gpu) values (the per-chunk loop of `scenario_ok`)."""
-    return ((bound[0] >= 0 and amount[0] > bound[0]) or (bound[1] >= 0 and amount[1] > bound[1])
-            or (bound[2] >= 0 and amount[2] > bound[2]))
+def _over_values(amount: list[int] | tuple[int, ...], bound: tuple[int, int, int],
+                 only: tuple[bool, bool, bool] = (True, True, True)) -> bool:
+    """`_over` on plain (cpu, memory, gpu) values (the per-chunk loop of `scenario_ok` keeps lists)."""
+    return ((only[0] and bound[0] >= 0 and amount[0] > bound[0])
+            or (only[1] and bound[1] >= 0 and amount[1] > bound[1])
+            or (only[2] and bound[2] >= 0 and amount[2] > bound[2]))
 
 
 def requested_mask(request: Resources) -> tuple[bool, bool, bool]:

@@ -221,7 +221,7 @@ def victim_nodes(search: Search, taken: list[Chunk]) -> OnlyNodes:
 def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
     used = search.used_nodes()
     keep = needed(taken, used)
-    if len(keep) == len(taken) and not _trimmable(keep) and not search.replace:
+    if len(keep) == len(taken) == 1 and not search.replace:
         return taken  # the accepted scenario stands as it is
     only = search.only(used)
     search.restart(keep)
@@ -242,7 +242,3 @@ def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
     if not search.scenario(keep, only):  # pragma: no cover - the last accepted set replays
         return None
     return keep
-
-
-def _trimmable(chunks: list[Chunk]) -> bool:
-    return len(chunks) > 1

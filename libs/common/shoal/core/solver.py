@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
@@ -77,6 +78,7 @@ class Budget:
         self.job_left = self.per_job
         self.job_spent = 0
         self.job_exhausted = False
+        self.quiet = False  # a retry's budget stop is not reported
         self.spent = 0
         self.exhausted = False
         self.failed: set[tuple] = set()
@@ -103,18 +105,14 @@ class Budget:
     @contextmanager
     def retry(self) -> Iterator[None]:
         """A second pass for the same job: its budget is what the first pass spent, and running out
-        of it is not reported (the first pass's scenario stands)."""
-        key = f"{self.action}.job_budget_exhausted"
-        counted, flagged = self.ctx.counters.get(key), self.job_exhausted
+        of it is not reported (the first pass found a scenario, which stands)."""
         self.job_left = min(self.job_left, self.job_spent)
+        self.quiet = True
         try:
             yield
         finally:
-            self.job_exhausted = flagged
-            if counted is None:
-                self.ctx.counters.pop(key, None)
-            else:
-                self.ctx.counters[key] = counted
+            self.quiet = False
+            self.job_exhausted = False
 
     def skipped(self) -> None:
         key = f"{self.action}.victims_skipped"
@@ -127,7 +125,7 @@ class Budget:
                 self.ctx.counters[f"{self.action}.budget_exhausted"] = 1
             return False
         if self.job_left <= 0:
-            if not self.job_exhausted:
+            if not self.job_exhausted and not self.quiet:
                 self.job_exhausted = True
                 key = f"{self.action}.job_budget_exhausted"
                 self.ctx.counters[key] = self.ctx.counters.get(key, 0) + 1
@@ -222,7 +220,7 @@ def solve(
     rest = (c for c in stream if id(c.job) not in spread)
     again = Search(ctx, job, tasks, accept, action, message_of, replace, budget.feasible)
     with budget.retry():  # at most what the first pass spent; running out here stops nothing
-        other = _search(again, _chain(skip, rest), budget, excess)
+        other = _search(again, chain(skip, rest), budget, excess)
     if other is not None and _pods(other) < _pods(got):
         return other
     ctx.statement.rollback(search.cp)
@@ -231,11 +229,6 @@ def solve(
         ctx.statement.rollback(search.cp)
         return None
     return got
-
-
-def _chain(first: list[Chunk], then: Iterable[Chunk]):
-    yield from first
-    yield from then
 
 
 def _pods(chunks: list[Chunk]) -> int:
@@ -254,13 +247,13 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
     free = budget.free.of(tasks[0]) if whole_gpus and tasks else 0
     feasible = budget.feasible
     cands = feasible.of(tasks[0]) if tasks else frozenset()
-    forms = shapes(tasks)
+    forms = shapes(tasks, feasible)
     taken: list[Chunk] = []
     passed: dict[int, list[Chunk]] = {}  # above-minimum chunks skipped, per victim job
     if not excess and search.scenario([]):  # onto what earlier scenarios of the cycle freed: no victim
         return []
     for chunk in chunks:
-        if not helps(chunk, forms, feasible, frees) or (replace and not movable(ctx, [chunk])):
+        if not helps(chunk, forms, frees) or (replace and not movable(ctx, [chunk])):
             budget.skipped()  # frees nothing the job lacks there, or (consolidation) a pod with nowhere to go
             if not chunk.core:
                 passed.setdefault(id(chunk.job), []).append(chunk)
@@ -289,7 +282,7 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
             else:
                 for c in group:
                     excess.take(tally, c)
-                if not excess.done(tally) or not any(hosts(c, forms, feasible) for c in group):
+                if not excess.done(tally) or not any(hosts(c, forms) for c in group):
                     continue
                 nodes_for = victim_nodes(search, taken)
             if search.scenario(taken, nodes_for):
@@ -300,7 +293,7 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
                 else:
                     search.unplace()
             continue
-        if not any(hosts(c, forms, feasible) for c in group):  # nothing new to place on: it did not fit before
+        if not any(hosts(c, forms) for c in group):  # nothing new to place on: it did not fit before
             continue
         if search.scenario(taken, place_only=replace):
             if replace and not movable(ctx, needed(taken, search.used_nodes())):

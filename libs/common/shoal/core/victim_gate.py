@@ -4,11 +4,12 @@ needed victims", issue: reclaim that finishes at 1,000+ nodes).
 A victim is only ever kept when the preemptor lands on its node (or it is a gang-mate of one that is),
 so a chunk is worth simulating only when, on one of its nodes, it frees something a preemptor task is
 short of there: whole GPUs or a shared GPU's portion for a GPU task, CPU, memory, or a pod slot. A task
-that already fits a node needs no victim on it. Preempt also keeps a chunk that frees a resource in
-which the preemptor's queue would be over its limit (the victim's node then takes the preemptor).
+that already fits a node needs no victim on it. A chunk that lowers a queue that is over its limit is
+kept too (`frees`, limits.py: the victim's node then takes the job).
 
-`Shapes` holds one representative task per request signature and, per static signature, the set of
-statically feasible node indices (computed once per cycle and shared by the actions).
+`shapes` gives one representative task per request signature, how many of the job's tasks ask for it,
+and its statically feasible node indices (`Feasible`: once per static signature and action), so the
+per-chunk checks do no signature work.
 """
 
 from __future__ import annotations
@@ -39,13 +40,16 @@ class Feasible:
         return got
 
 
-def shapes(tasks: list[Task]) -> list[tuple[Task, int]]:
+Shape = tuple[Task, int, frozenset[int]]  # a task, how many ask for the same, the nodes it may use
+
+
+def shapes(tasks: list[Task], feasible: Feasible) -> list[Shape]:
     """One task per distinct request with how many of the tasks ask for it (a gang's are mostly alike)."""
     seen: dict[tuple, list] = {}
     for t in tasks:
         entry = seen.setdefault(request_signature(t), [t, 0])
         entry[1] += 1
-    return [(t, n) for t, n in seen.values()]
+    return [(t, n, feasible.of(t)) for t, n in seen.values()]
 
 
 def _fraction_fits(ns: NodeState, task: Task) -> bool:
@@ -78,7 +82,7 @@ def _frees(victim: Task, lack: tuple[bool, bool, bool, bool]) -> bool:
     )
 
 
-def helps(chunk: Chunk, preemptor: list[tuple[Task, int]], feasible: Feasible, frees: Frees | None = None) -> bool:
+def helps(chunk: Chunk, preemptor: list[Shape], frees: Frees | None = None) -> bool:
     """True when evicting `chunk` can matter to a placement of `preemptor` (see the module docstring)."""
     if frees is not None and frees(chunk):
         return True
@@ -86,8 +90,8 @@ def helps(chunk: Chunk, preemptor: list[tuple[Task, int]], feasible: Feasible, f
         ns = victim.node
         if ns is None or victim.status != RUNNING:
             continue
-        for task, count in preemptor:
-            if ns.index not in feasible.of(task):
+        for task, count, allowed in preemptor:
+            if ns.index not in allowed:
                 continue
             lack = short_of(ns, task, count)
             if lack is not None and _frees(victim, lack):
@@ -95,11 +99,11 @@ def helps(chunk: Chunk, preemptor: list[tuple[Task, int]], feasible: Feasible, f
     return False
 
 
-def hosts(chunk: Chunk, preemptor: list[tuple[Task, int]], feasible: Feasible) -> bool:
+def hosts(chunk: Chunk, preemptor: list[Shape]) -> bool:
     """After evicting `chunk`: one of its nodes can take a preemptor task. The job did not fit before
     its victims, so a placement is worth trying again only then (placement is deterministic)."""
     for ns in chunk.nodes:
-        for task, _ in preemptor:
-            if ns.index in feasible.of(task) and short_of(ns, task) is None:
+        for task, _, allowed in preemptor:
+            if ns.index in allowed and short_of(ns, task) is None:
                 return True
     return False
