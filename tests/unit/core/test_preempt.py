@@ -161,3 +161,38 @@ def test_a_queue_at_its_gpu_limit_preempts_only_on_the_node_it_takes():
     r = schedule(snap)
     assert evicted(r) == ["gpuvictim-0"]
     assert r.pipelined() == {"newcomer-0": "n2"} and r.bound() == {}
+
+
+def test_a_single_victim_beats_a_gang_that_mostly_runs_elsewhere():
+    """The newest victim is a 2-node gang (it must go whole); the search runs again without it and keeps
+    the cheaper scenario: one older pod on the node the newcomer takes."""
+    snap = cluster(
+        nodes=[node("n0", gpus=2), node("n1", gpus=2)],
+        queues=[queue("q", gpu=(4, -1))],
+        jobs=[job("single", queue="q", pods=1, gpus=1, running_on=["n0"], created=1),
+              job("keeper", queue="q", pods=1, gpus=1, priority_class="build", running_on=["n1"], created=2),
+              job("gang", queue="q", pods=2, gpus=1, min_member=2, running_on=["n0", "n1"], created=3),
+              job("newcomer", queue="q", pods=1, gpus=1, priority_class="build", created=100)],
+        now=NOW,
+    )
+    r = schedule(snap)
+    assert evicted(r) == ["single-0"]
+    assert r.pipelined() == {"newcomer-0": "n0"}
+
+
+def test_a_job_takes_what_an_earlier_preemption_freed_without_a_victim_of_its_own():
+    """p1 preempts the 2-GPU train pod and uses 1 GPU; p2 goes on the other released GPU with no eviction
+    of its own: the queue's remaining candidate (CPU only, on a CPU node) frees nothing p2 needs, so only
+    the try on what the cycle already freed can place it."""
+    snap = cluster(
+        nodes=[node("n1", gpus=2), node("n2", gpus=0)],
+        queues=[queue("q", gpu=(2, -1))],
+        jobs=[job("other", queue="q", pods=1, cpu=1000, running_on=["n2"], created=0),
+              job("big", queue="q", pods=1, gpus=2, running_on=["n1"], created=1),
+              job("p1", queue="q", pods=1, gpus=1, priority_class="build", created=100),
+              job("p2", queue="q", pods=1, gpus=1, priority_class="build", created=101)],
+        now=NOW,
+    )
+    r = schedule(snap)
+    assert [(e.pod, e.by) for e in r.plan.of(Evict)] == [(f"{NS}/big-0", f"{NS}/p1")]
+    assert r.pipelined() == {"p1-0": "n1", "p2-0": "n1"}

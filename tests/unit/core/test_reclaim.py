@@ -297,3 +297,4 @@ def test_queue_line_renders_requested_resources_gpu_first():
     assert line == ("Team A uses 8 GPUs, 1.5 CPU cores with a quota of 4 GPUs, Unlimited CPU cores, fair-share of "
                     f"{shares['a'].fair_share.gpu_milli // 1000} GPUs, 0 CPU cores and queue priority of 100.")
     assert "quota of Unlimited GPUs" in queue_line(shares["b"], Resources(0, 0, 0), (False, False, True))
+

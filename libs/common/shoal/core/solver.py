@@ -13,7 +13,8 @@ releasing GPUs of the candidate nodes (recounted from the simulation, so a share
 fractional pods counts) cover the request. A job over a queue limit is placed on its victims' nodes
 (for one pod: a node whose own victims cover the excess). When the scenario found takes whole gangs
 that mostly run elsewhere, the search runs once more without them and keeps whichever evicts fewer pods.
-Before any victim, the job is tried on what the cycle's earlier scenarios freed (releasing capacity).
+Before any victim, a job that has victim candidates is tried on what the cycle's earlier scenarios freed
+(releasing capacity); a job with no candidate at all is not searched (reclaim/preempt return first).
 
 The search is bounded: every simulated chunk spends one unit of the action's `Budget`
 (`ShardConfig.victim_budget` per action and cycle) and of the job's (`victim_budget_per_job`). A job that
