@@ -54,7 +54,7 @@ class IngestResult:
     pod_groups_of_pods: Mapping[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
-def _topology_from(obj: Mapping) -> tuple[str, tuple[TopologyLevel, ...]]:
+def topology_from(obj: Mapping) -> tuple[str, tuple[TopologyLevel, ...]]:
     name = name_of(obj)
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     levels = spec.get("levels")
@@ -126,7 +126,7 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
     queues = unique("Queue", queue_from, lambda q: q.name)
     nodes = unique("Node", node_from, lambda n: n.name)
     groups = unique("PodGroup", lambda o: podgroup_from(o, now_text), lambda g: g.key)
-    topologies = dict(unique(TOPOLOGY_KIND, _topology_from, lambda t: t[0]).values())
+    topologies = dict(unique(TOPOLOGY_KIND, topology_from, lambda t: t[0]).values())
 
     bindings = _bindings(by_kind.get(BIND_REQUEST_KIND, []))
     owners = OwnerIndex(obj for entries in by_kind.values() for _, obj in entries)

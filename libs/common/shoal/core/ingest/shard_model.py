@@ -1,0 +1,254 @@
+"""One shard's cluster as typed entries, kept up to date object by object (the services' snapshot).
+
+The snapshotter translates each watched object once, when it changes (`entry_of`), into the core's types and
+keeps one ShardModel per shard; what changed in a revision travels as `Changes`, now and then the whole model
+as `Entries`. The planner and fairshare keep their own ShardModel by applying the same Changes, and `assemble`
+turns it into the core Snapshot. What depends on several objects is settled there, in one pass over typed
+values: PodGroup membership (the podgrouper's group for a pod whose named one does not exist), pending pods
+without a PodGroup left out, the planner's scheduler names and partition, PodDisruptionBudgets, and decisions
+in flight (a pod the binder is binding counts as placed). `assemble` gives what `snapshot_from_objects` gives
+for the same objects (tests/unit/core/test_shard_model.py checks it on generated clusters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+
+from shoal.core.ingest.common import IngestError, Problem, metadata, name_of, namespace_of
+from shoal.core.ingest.config import config_from
+from shoal.core.ingest.nodes import node_from
+from shoal.core.ingest.pdbs import blocked_pod_keys
+from shoal.core.ingest.podgroups import podgroup_from
+from shoal.core.ingest.pods import gpu_groups_of, pod_from
+from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
+from shoal.core.ingest.snapshot import IngestResult, TopologyLevel, topology_from
+from shoal.core.model import (
+    LABEL_GPU_GROUP,
+    Node,
+    Pod,
+    PodGroup,
+    PriorityClass,
+    Queue,
+    Topology,
+    make_snapshot,
+)
+from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL, OwnerIndex, group_pod
+
+DEFAULT_SCHEDULER = "default-scheduler"
+_NO_OWNERS = OwnerIndex(())
+
+
+class PodEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A pod as translated, with what its PodGroup membership needs once the other objects are known."""
+
+    pod: Pod  # pod_group: its pod-group-name, else the podgrouper's name for it
+    scheduler: str = DEFAULT_SCHEDULER  # spec.schedulerName
+    named: bool = False  # pod.pod_group comes from the pod-group-name annotation
+    missing_subgroup: str | None = None  # the pod's subgroup when the named PodGroup does not exist
+    generated: PodGroup | None = None  # the podgrouper's PodGroup, used when none by that name exists
+
+
+class Entries(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Typed objects of one shard: the whole model (a base) or what a revision adds or replaces."""
+
+    nodes: tuple[Node, ...] = ()
+    pods: tuple[PodEntry, ...] = ()
+    pod_groups: tuple[PodGroup, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    priority_classes: tuple[PriorityClass, ...] = ()
+    topologies: tuple[Topology, ...] = ()
+    pdbs: tuple[dict, ...] = ()  # PodDisruptionBudget manifests (metadata, spec.selector, status)
+
+
+class Removed(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Keys of the objects a revision removes (see `key_of`)."""
+
+    nodes: tuple[str, ...] = ()
+    pods: tuple[str, ...] = ()
+    pod_groups: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()
+    priority_classes: tuple[str, ...] = ()
+    topologies: tuple[str, ...] = ()
+    pdbs: tuple[str, ...] = ()
+
+
+class Changes(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    upserts: Entries = Entries()
+    removed: Removed = Removed()
+
+    def empty(self) -> bool:
+        return self == _NO_CHANGES
+
+
+_NO_CHANGES = Changes()
+FIELDS = ("nodes", "pods", "pod_groups", "queues", "priority_classes", "topologies", "pdbs")
+KIND_FIELD = {"Node": "nodes", "Pod": "pods", "PodGroup": "pod_groups", "Queue": "queues",
+              "PriorityClass": "priority_classes", "Topology": "topologies", "PodDisruptionBudget": "pdbs"}
+
+
+def key_of(item: object) -> str:
+    """The key an entry is kept under: pods by uid, namespaced objects by ns/name, the others by name."""
+    if isinstance(item, PodEntry):
+        return item.pod.uid
+    if isinstance(item, PodGroup):
+        return item.key
+    if isinstance(item, dict):
+        meta = item.get("metadata") or {}
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    return item.name  # type: ignore[attr-defined]
+
+
+def pod_entry(obj: Mapping, *, now: str, class_names: Iterable[str]) -> PodEntry:
+    """A pod manifest as an entry (raises IngestError as pod_from does)."""
+    meta = metadata(obj)
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    named = str(annotations.get(POD_GROUP_ANNOTATION) or "")
+    label_subgroup = str(labels[SUBGROUP_LABEL]) if labels.get(SUBGROUP_LABEL) else None
+    grouping = group_pod(obj, _NO_OWNERS, list(class_names))
+    name = named or str(grouping.podgroup["metadata"]["name"])
+    missing_subgroup = label_subgroup if label_subgroup is not None else grouping.subgroup
+    grouping.podgroup["metadata"]["name"] = name
+    try:
+        generated: PodGroup | None = podgroup_from(grouping.podgroup, now)
+    except IngestError:
+        generated = None
+    pod = pod_from(obj, pod_group=name, subgroup=label_subgroup if named else missing_subgroup, managed=True,
+                   now=now)
+    return PodEntry(pod=pod, scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER), named=bool(named),
+                    missing_subgroup=missing_subgroup, generated=generated)
+
+
+def entry_of(obj: Mapping, *, now: str, class_names: Iterable[str] = ()) -> object:
+    """A watched object as the entry its kind is kept as; raises IngestError for a broken one."""
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return pod_entry(obj, now=now, class_names=class_names)
+    if kind == "Node":
+        return node_from(obj)
+    if kind == "PodGroup":
+        return podgroup_from(obj, now)
+    if kind == "Queue":
+        return queue_from(obj)
+    if kind == "PriorityClass":
+        return priority_class_from(obj)
+    if kind == "Topology":
+        name, levels = topology_from(obj)
+        return Topology(name=name, levels=tuple(lv.node_label for lv in levels),
+                        aliases=tuple(lv.alias for lv in levels))
+    if kind == "PodDisruptionBudget":
+        metadata(obj)
+        name_of(obj)
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        meta = obj.get("metadata") or {}
+        return {"metadata": {"name": meta.get("name"), "namespace": namespace_of(obj)},
+                "spec": {"selector": spec.get("selector")}, "status": obj.get("status") or {}}
+    raise IngestError("kind", f"{kind!r} is not kept in a shard's snapshot")
+
+
+@dataclass
+class ShardModel:
+    """The typed objects of one shard, by key (mutable: `apply` a revision's Changes)."""
+
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[str, PodEntry] = field(default_factory=dict)
+    pod_groups: dict[str, PodGroup] = field(default_factory=dict)
+    queues: dict[str, Queue] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    topologies: dict[str, Topology] = field(default_factory=dict)
+    pdbs: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, entries: Entries) -> ShardModel:
+        model = cls()
+        model.apply(Changes(upserts=entries))
+        return model
+
+    def apply(self, changes: Changes) -> None:
+        for name in FIELDS:
+            store: dict = getattr(self, name)
+            for key in getattr(changes.removed, name):
+                store.pop(key, None)
+            for item in getattr(changes.upserts, name):
+                store[key_of(item)] = item
+
+    def entries(self) -> Entries:
+        return Entries(**{name: tuple(getattr(self, name).values()) for name in FIELDS})
+
+    def size(self) -> int:
+        return sum(len(getattr(self, name)) for name in FIELDS)
+
+
+def placed(pod: Pod, node: str, gpu_groups: tuple[str, ...]) -> Pod:
+    """A pending pod as it counts while its bind is in flight: on `node`, in `gpu_groups` (runai-gpu-group)."""
+    labels = dict(pod.labels)
+    if len(gpu_groups) == 1:
+        labels[LABEL_GPU_GROUP] = gpu_groups[0]
+    else:
+        for group in gpu_groups:
+            labels[f"{LABEL_GPU_GROUP}/{group}"] = group
+    return msgspec.structs.replace(pod, node_name=node, labels=labels, gpu_groups=gpu_groups_of(labels))
+
+
+def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapping | None = None,
+             inflight: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+             require_podgroup: bool = False) -> IngestResult:
+    """The core Snapshot of the model. `inflight`: pod uid or "ns/name" → (node, GPU groups) of binds in
+    flight; `require_podgroup`: a pending pod waits until the PodGroup it names exists (the services)."""
+    problems: list[Problem] = []
+    try:
+        shard, settings = config_from(config_doc)
+    except IngestError as exc:
+        problems.append(Problem(-1, exc.field, exc.message))
+        shard, settings = config_from(None)
+    managed = frozenset(settings.scheduler_names)
+    inflight = inflight or {}
+    classes = {pc.name: pc for pc in SHIPPED_PRIORITY_CLASSES}
+    classes.update(model.priority_classes)
+    groups = model.pod_groups
+    generated: dict[str, tuple[str, PodGroup]] = {}
+    pods: list[Pod] = []
+    for entry in model.pods.values():
+        pod = entry.pod
+        if entry.scheduler not in managed:
+            pod = msgspec.structs.replace(pod, managed=False, pod_group="", subgroup=None)
+        else:
+            group_key = f"{pod.namespace}/{pod.pod_group}"
+            if require_podgroup and not pod.node_name and not (entry.named and group_key in groups):
+                continue
+            if group_key not in groups:
+                if entry.named and pod.subgroup != entry.missing_subgroup:
+                    pod = msgspec.structs.replace(pod, subgroup=entry.missing_subgroup)
+                if entry.generated is not None:
+                    first = generated.get(group_key)
+                    if first is None or pod.key < first[0]:
+                        generated[group_key] = (pod.key, entry.generated)
+        if pod.node_name is None:
+            bind = inflight.get(pod.uid) or inflight.get(pod.key)
+            if bind is not None:
+                pod = placed(pod, *bind)
+        pods.append(pod)
+
+    blocked = blocked_pod_keys(model.pdbs.values(), ((p.key, p.namespace, p.labels) for p in pods if p.node_name))
+    if blocked:
+        pods = [msgspec.structs.replace(p, eviction_blocked=True) if p.key in blocked else p for p in pods]
+    all_groups = dict(groups)
+    for key, (_, group) in generated.items():
+        all_groups[key] = group
+    nodes = model.nodes
+    if settings.partition:  # one shard: its nodes, its pod groups, the pods on them or in them
+        nodes = {k: n for k, n in nodes.items() if n.pool == settings.partition}
+        all_groups = {k: g for k, g in all_groups.items() if g.node_pool == settings.partition}
+        pods = [p for p in pods
+                if (p.node_name in nodes if p.node_name else f"{p.namespace}/{p.pod_group}" in all_groups)]
+    snapshot = make_snapshot(nodes=nodes.values(), pods=pods, pod_groups=all_groups.values(),
+                             queues=model.queues.values(), priority_classes=classes.values(), config=shard,
+                             now=now, revision=revision, topologies=model.topologies.values())
+    topologies = {t.name: tuple(TopologyLevel(node_label=label, alias=alias) for label, alias in
+                                zip(t.levels, t.aliases, strict=False)) for t in model.topologies.values()}
+    return IngestResult(snapshot=snapshot, problems=tuple(sorted(problems)), settings=settings,
+                        topologies=topologies)
