@@ -1,35 +1,123 @@
-"""Pure parts of `shoal bench e2e`: CPU seconds from /proc, the pre-grouped pods, the table's CPU rows."""
+"""Pure parts of `shoal bench e2e`: percentiles and medians, the alternating order, the pod mix and its manifests,
+the kube-scheduler configuration, CPU seconds from /proc, the watcher's file and the table."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import Counter
 
-from shoal.devstack.benche2e import _cpu_seconds, _pod, _podgroup, table
+import yaml
+
+from shoal.devstack.bench_contenders import cpu_seconds, kube_scheduler_config, shoal_env
+from shoal.devstack.bench_pods import gpus_needed, nodes_needed, pod_manifest, pod_mix, podgroup_manifest
+from shoal.devstack.bench_stats import alternate, latency_figures, median, percentile, summarise, table
+from shoal.devstack.bench_watcher import BoundLog
+from shoal.devstack.benche2e import BIND_CEILING, plan
+
+
+def test_percentile_is_nearest_rank_and_zero_for_no_values():
+    values = list(range(1, 101))  # 1..100
+    assert percentile(values, 0.5) == 51 and percentile(values, 0.99) == 99 and percentile(values, 1.0) == 100
+    assert percentile([], 0.5) == 0.0 and percentile([7.0], 0.99) == 7.0
+    assert median([3, 1, 2]) == 2 and median([1, 2, 3, 4]) == 2.5 and median([]) == 0.0
+    assert latency_figures([10.0, 20.0, 30.0]) == {"p50_ms": 20.0, "p90_ms": 30.0, "p99_ms": 30.0, "max_ms": 30.0}
+
+
+def test_alternation_changes_who_leads_and_who_follows_whom():
+    names = ["a", "b", "c"]
+    orders = [alternate(names, r) for r in range(6)]
+    assert orders[:4] == [["a", "b", "c"], ["c", "b", "a"], ["b", "c", "a"], ["a", "c", "b"]]
+    assert {o[0] for o in orders} == set(names)  # each leads
+    follows = Counter((o[i], o[i + 1]) for o in orders for i in range(2))
+    assert follows[("a", "b")] and follows[("b", "a")]  # a pair meets in both orders
+    assert all(sorted(o) == names for o in orders) and alternate([], 3) == []
+
+
+def test_the_run_plan_alternates_backlog_and_steady_phases_with_the_bind_ceiling_in_the_backlog_rotation():
+    phases = plan(["shoal", "kube-scheduler"], [10, 50], repeat=2)
+    first = [(kind, s, r) for rep, kind, s, r in phases if rep == 0]
+    assert first == [("backlog", "shoal", 0.0), ("backlog", "kube-scheduler", 0.0), ("bind-ceiling", BIND_CEILING, 0.0),
+                     ("steady", "shoal", 10.0), ("steady", "kube-scheduler", 10.0),
+                     ("steady", "shoal", 50.0), ("steady", "kube-scheduler", 50.0)]
+    second = [s for rep, kind, s, _ in phases if rep == 1 and kind == "steady"]
+    assert second[:2] == ["kube-scheduler", "shoal"]
+    assert not [p for p in plan(["shoal"], [5], 1, bind_ceiling=False) if p[1] == "bind-ceiling"]
+
+
+def test_the_mix_has_gangs_whole_gpus_and_fractions_and_a_cut_short_gang_keeps_its_real_size():
+    mix = pod_mix(30, "b")
+    assert [p.name for p in mix] == [f"b-{i}" for i in range(30)]
+    assert Counter(p.kind for p in mix) == {"gang": 12, "whole": 9, "fraction": 9}
+    gangs = Counter(p.group for p in mix if p.kind == "gang")
+    assert set(gangs.values()) == {4} and all(p.group_size == 4 for p in mix if p.group)
+    assert sum(p.first_of_group for p in mix) == 3
+    short = pod_mix(12, "x")  # ten, then a gang of two
+    assert [(p.kind, p.group_size) for p in short[10:]] == [("gang", 2), ("gang", 2)]
+    assert gpus_needed(mix) == 12 + 9 + 5 and nodes_needed(mix) == 5  # 26 GPUs x 1.25 / 8 → 5 nodes
+
+
+def test_shoal_pods_name_their_gang_and_fraction_and_kube_scheduler_gets_the_plain_equivalent():
+    gang, whole, fraction = pod_mix(10, "p")[0], pod_mix(10, "p")[4], pod_mix(10, "p")[7]
+    g = pod_manifest(gang, "ns", "pool", "shoal")
+    assert g["metadata"]["annotations"] == {"pod-group-name": "p-g0"} and g["spec"]["schedulerName"] == "shoal-scheduler"
+    assert g["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    f = pod_manifest(fraction, "ns", "pool", "shoal")
+    assert f["metadata"]["annotations"] == {"gpu-fraction": "0.5"} and f["spec"]["containers"][0]["resources"] == {}
+    for plan_ in (gang, whole, fraction):
+        plain = pod_manifest(plan_, "ns", "pool", "plain")
+        assert plain["metadata"]["annotations"] == {} and plain["spec"]["schedulerName"] == "default-scheduler"
+        assert plain["spec"]["nodeSelector"] == {"kai.scheduler/node-pool": "pool"}
+    assert pod_manifest(fraction, "ns", "pool", "plain")["spec"]["containers"][0]["resources"] == {}
+    assert pod_manifest(gang, "ns", "pool", "unscheduled")["spec"]["schedulerName"] == "no-scheduler"
+    assert podgroup_manifest("ns", "p-g0", 4, "ns")["spec"] == {"minMember": 4, "queue": "ns", "priorityClassName": "train"}
+
+
+def test_the_equal_limits_kube_scheduler_configuration_and_shoals_phase_environment():
+    doc = yaml.safe_load(kube_scheduler_config("/k/config", 5000))
+    assert doc["kind"] == "KubeSchedulerConfiguration" and doc["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert doc["clientConnection"] == {"kubeconfig": "/k/config", "qps": 5000, "burst": 5000}
+    assert doc["leaderElection"] == {"leaderElect": False}
+    env = shoal_env({"SHOAL_KUBECONFIG": "/k"}, "bep1", "bep1-pool")
+    assert env["SHOAL_TOPIC_PREFIX"] == "bep1." and env["SHOAL_SHARD_PREFIX"] == "bep1-pool"
+    assert env["SHOAL_FAKE_NODE_SELECTOR"] == "shoal.io/isolated=bep1"
 
 
 def test_cpu_seconds_of_a_live_process_grow_with_work_and_a_gone_one_is_zero():
-    before = _cpu_seconds(os.getpid())
+    before = cpu_seconds(os.getpid())
     total = 0
     for i in range(3_000_000):
         total += i * i
-    after = _cpu_seconds(os.getpid())
-    assert total > 0 and after > before >= 0
-    assert _cpu_seconds(2**22 + 12345) == 0.0  # above pid_max: never a live process
+    assert total > 0 and cpu_seconds(os.getpid()) > before >= 0
+    assert cpu_seconds(2**22 + 12345) == 0.0  # above pid_max: never a live process
 
 
-def test_a_pregrouped_pod_names_its_podgroup_and_a_bare_one_does_not():
-    grouped = _pod("ns", "shoal-pregrouped-1", "pool", "shoal-scheduler", "shoal-pregrouped-1")
-    assert grouped["metadata"]["annotations"] == {"pod-group-name": "shoal-pregrouped-1"}
-    assert _pod("ns", "shoal-1", "pool", "shoal-scheduler")["metadata"]["annotations"] == {}
-    group = _podgroup("ns", "shoal-pregrouped-1", "ns")
-    assert group["kind"] == "PodGroup" and group["spec"]["minMember"] == 1 and group["spec"]["queue"] == "ns"
+def test_the_watchers_file_is_read_incrementally_even_across_a_half_written_line(tmp_path):
+    path = tmp_path / "w.jsonl"
+    log = BoundLog(path)
+    assert log.poll() == 0 and not log.is_ready()
+    line = json.dumps({"pod": "a", "bound": 2.0, "node": "n"})
+    path.write_text(json.dumps({"ready": 1.0}) + "\n" + line[:10])
+    assert log.is_ready() and log.ready_at == 1.0 and log.poll() == 0
+    with open(path, "a") as handle:
+        handle.write(line[10:] + "\n" + json.dumps({"pod": "a", "bound": 9.0, "node": "n"}) + "\n")
+    assert log.poll() == 1 and log.bound == {"a": 2.0}  # the first sighting counts
 
 
-def test_table_lists_cpu_seconds_for_the_shoal_phases_only():
-    phase = {"pods": 2, "seconds": 1.0, "pods_per_second": 2.0, "p50_ms": 1.0, "p99_ms": 2.0}
-    result = {"phases": [{**phase, "name": "raw", "cpu_s": None},
-                         {**phase, "name": "shoal", "cpu_s": {"shoal-binder": 1.5, "shoal-planner": 0.25}}],
-              "ratios": {"shoal_vs_apiserver_bind_limit": 1.0}}
+def _record(scheduler, rep, p50, kind="steady", rate=10.0):
+    return {"kind": kind, "scheduler": scheduler, "rate": rate, "pods": 30, "bound": 30, "repetition": rep,
+            "figures": {"p50_ms": p50}, "cpu_s": {"x": p50 / 10}, "load_before": [1.0 + rep, 0, 0],
+            "load_after": [1, 0, 0]}
+
+
+def test_summary_takes_medians_per_phase_and_the_table_shows_them():
+    records = [_record("shoal", r, p) for r, p in enumerate((30.0, 10.0, 20.0))] + [_record("kube-scheduler", 0, 5.0)]
+    rows = summarise(records)
+    assert [(r["scheduler"], r["repetitions"], r["figures"]["p50_ms"]) for r in rows] == [
+        ("shoal", 3, 20.0), ("kube-scheduler", 1, 5.0)]
+    assert rows[0]["load_average"] == 2.0 and rows[0]["cpu_s"] == {"x": 2.0}
+    result = {"summary": rows, "pods": 30, "rates": [10.0], "duration_s": 3, "repeat": 3,
+              "load_average": {"before": [1, 1, 1], "after": [2, 2, 2]}}
     text = table(result)
-    assert "cpu seconds during shoal: shoal-binder=1.5, shoal-planner=0.25" in text
-    assert "cpu seconds during raw" not in text
+    assert "steady" in text and "shoal" in text and "20.0" in text and "cpu s steady shoal @10.0: x=2.0" in text
+    assert "backlog" not in text.split("\n", 1)[1]  # no backlog block without backlog rows

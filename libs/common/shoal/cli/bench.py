@@ -245,8 +245,17 @@ def add_parser(subparsers) -> None:
     parser.add_argument("target", choices=["core", "reclaim", "e2e"],
                         help="what to benchmark (reclaim: shoal.cli.bench_reclaim, sizes default 500,1000; "
                              "e2e: the running stack from $SHOAL_KUBECONFIG…, Shoal vs kube-scheduler)")
-    parser.add_argument("--pods", type=int, default=200, help="e2e: pods per phase")
-    parser.add_argument("--nodes", type=int, default=25, help="e2e: fake nodes per phase (8 GPUs each)")
+    parser.add_argument("--pods", type=int, default=1000,
+                        help="e2e: backlog pods per phase (1000 or 5000 for the published table; any size works)")
+    parser.add_argument("--nodes", type=int, default=0,
+                        help="e2e: fake nodes per phase, 8 GPUs each (0: sized so the whole mix fits)")
+    parser.add_argument("--rates", default="10,50", help="e2e: steady-arrival rates, pods/s, comma-separated")
+    parser.add_argument("--duration", type=float, default=60.0,
+                        help="e2e: seconds of each steady-arrival phase (60 or more for published figures)")
+    parser.add_argument("--schedulers", default="shoal,kube-scheduler,kube-scheduler-qps5000",
+                        help="e2e: which schedulers to compare, comma-separated")
+    parser.add_argument("--timeout", type=float, default=300.0, help="e2e: seconds a phase may wait for binds")
+    parser.add_argument("--no-bind-ceiling", action="store_true", help="e2e: skip the apiserver bind-limit phase")
     parser.add_argument(
         "--sizes",
         default="100,1000,4000",
@@ -307,13 +316,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_e2e(args: argparse.Namespace) -> int:
-    """End to end on a running stack (`shoal dev up`, then export its SHOAL_* variables)."""
+    """End to end on a running stack (`shoal dev up`, then export its SHOAL_* variables); --repeat repetitions."""
     import asyncio
 
     from shoal.devstack import DevStackError, StackInfo
+    from shoal.devstack.benche2e import SCHEDULERS, table
     from shoal.devstack.benche2e import run as run_e2e
-    from shoal.devstack.benche2e import table
 
+    try:
+        rates = [float(r) for r in str(args.rates).split(",") if r.strip()]
+    except ValueError:
+        print(f"--rates: not a list of numbers: {args.rates}", file=sys.stderr)
+        return 2
+    schedulers = [s.strip() for s in str(args.schedulers).split(",") if s.strip()]
+    problems = [f"--schedulers: unknown {s!r} (choose from {', '.join(SCHEDULERS)})"
+                for s in schedulers if s not in SCHEDULERS]
+    problems += ["--rates: every rate must be above 0"] if any(r <= 0 for r in rates) else []
+    problems += ["--pods: must be at least 1"] if args.pods < 1 else []
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    if args.duration < 60:
+        print(f"shoal bench e2e: --duration {args.duration:g} is below the method's 60 s: not for publication",
+              file=sys.stderr)
     try:
         info = StackInfo.from_env()
     except DevStackError as exc:
@@ -323,6 +348,15 @@ def _run_e2e(args: argparse.Namespace) -> int:
         print("shoal bench e2e: no stack: run `shoal dev up` and export the SHOAL_* variables it prints",
               file=sys.stderr)
         return 1
-    result = asyncio.run(run_e2e(info, pods=args.pods, nodes=args.nodes))
-    print(json.dumps(result, indent=2) if args.json else table(result))
-    return 0
+
+    def progress(record: dict) -> None:
+        figures = ", ".join(f"{k}={v}" for k, v in record["figures"].items())
+        print(f"[{record['repetition']}] {record['kind']} {record['scheduler']}"
+              f"{' @' + str(record.get('rate')) if record.get('rate') else ''}: {record['bound']}/{record['pods']} "
+              f"bound; {figures}; load {record['load_before'][0]}", file=sys.stderr, flush=True)
+
+    result = asyncio.run(run_e2e(info, pods=args.pods, rates=rates, duration_s=args.duration,
+                                 repeat=max(1, args.repeat), schedulers=schedulers, nodes=args.nodes,
+                                 timeout_s=args.timeout, bind_ceiling=not args.no_bind_ceiling, progress=progress))
+    print(json.dumps(result, indent=2) if args.json else table(result), end="" if not args.json else "\n")
+    return 0 if not result["leftovers"] and all(r["bound"] == r["pods"] for r in result["records"]) else 1

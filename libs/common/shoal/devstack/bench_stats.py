@@ -1,0 +1,104 @@
+"""The arithmetic and the report of `shoal bench e2e` (pure): percentiles, medians over repetitions, the order
+the contenders run in, and the table.
+
+    alternate(["a", "b", "c"], 1)   # ["c", "b", "a"]: every repetition changes who goes first and who follows whom
+    summarise(records)              # one row per (phase, scheduler, rate): the median of every figure
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank `q` quantile (0 ≤ q ≤ 1) of `values`; 0.0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))])
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def alternate(names: Sequence[str], repetition: int) -> list[str]:
+    """The order of repetition `repetition` (0-based): rotated by one every second repetition, reversed on the
+    odd ones, so each contender leads and each pair meets in both orders as repetitions go on."""
+    if not names:
+        return []
+    shift = (repetition // 2) % len(names)
+    order = list(names[shift:]) + list(names[:shift])
+    return order[::-1] if repetition % 2 else order
+
+
+def latency_figures(latencies_ms: Sequence[float]) -> dict[str, float]:
+    return {"p50_ms": round(percentile(latencies_ms, 0.50), 1), "p90_ms": round(percentile(latencies_ms, 0.90), 1),
+            "p99_ms": round(percentile(latencies_ms, 0.99), 1), "max_ms": round(max(latencies_ms, default=0.0), 1)}
+
+
+def rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 1) if seconds > 0 else 0.0
+
+
+def phase_key(record: dict[str, Any]) -> tuple[str, str, float]:
+    return record["kind"], record["scheduler"], float(record.get("rate") or 0)
+
+
+def summarise(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (kind, scheduler, rate) in first-seen order: the median of each figure over repetitions,
+    the median load average and the median CPU seconds per component."""
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(phase_key(record), []).append(record)
+    rows = []
+    for (kind, scheduler, rate_), members in groups.items():
+        figures = sorted({name for m in members for name in m["figures"]})
+        components = sorted({name for m in members for name in m.get("cpu_s") or {}})
+        rows.append({
+            "kind": kind, "scheduler": scheduler, "rate": rate_ or None, "repetitions": len(members),
+            "pods": median([m["pods"] for m in members]),
+            "figures": {f: round(median([m["figures"][f] for m in members if f in m["figures"]]), 3)
+                        for f in figures},
+            "load_average": round(median([m["load_before"][0] for m in members]), 2),
+            "cpu_s": {c: round(median([(m.get("cpu_s") or {}).get(c, 0.0) for m in members]), 2)
+                      for c in components},
+        })
+    return rows
+
+
+COLUMNS = {
+    "backlog": ("startup_s", "first_bound_s", "last_bound_s", "drain_from_launch_pods_per_s",
+                "drain_bound_pods_per_s", "p50_ms", "p99_ms"),
+    "bind-ceiling": ("post_pods_per_s", "seen_pods_per_s", "post_p50_ms", "post_p99_ms"),
+    "steady": ("achieved_rate", "p50_ms", "p90_ms", "p99_ms", "max_ms"),
+}
+SHORT = {"startup_s": "start s", "first_bound_s": "1st s", "last_bound_s": "last s",
+         "drain_from_launch_pods_per_s": "launch→last/s", "drain_bound_pods_per_s": "1st→last/s",
+         "post_pods_per_s": "posts/s", "seen_pods_per_s": "seen/s", "post_p50_ms": "post p50",
+         "post_p99_ms": "post p99", "achieved_rate": "created/s"}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The medians as text: one block per phase kind, then CPU seconds per component and the load average."""
+    rows = result["summary"]
+    out = [f"shoal bench e2e: {result['pods']} pods backlog, rates {result['rates']} pods/s for "
+           f"{result['duration_s']} s, {result['repeat']} repetition(s), medians"]
+    for kind, columns in COLUMNS.items():
+        members = [r for r in rows if r["kind"] == kind]
+        if not members:
+            continue
+        out.append("")
+        out.append(f"{kind:<26}{'rate':>6}" + "".join(f"{SHORT.get(c, c):>15}" for c in columns))
+        for r in members:
+            cells = "".join(f"{r['figures'].get(c, ''):>15}" for c in columns)
+            out.append(f"{r['scheduler']:<26}{(r['rate'] or ''):>6}{cells}")
+    out.append("")
+    for r in rows:
+        if r["cpu_s"]:
+            cpu = ", ".join(f"{c}={v}" for c, v in r["cpu_s"].items())
+            out.append(f"cpu s {r['kind']} {r['scheduler']}{' @' + str(r['rate']) if r['rate'] else ''}: {cpu}")
+    out.append(f"load average: {result['load_average']['before']} before, {result['load_average']['after']} after")
+    return "\n".join(out) + "\n"
