@@ -25,7 +25,7 @@ from services.api.dashboard import DASHBOARD
 from services.api.decisions import DecisionIndex, Event, Hub, from_beginning, matches, offer, select
 from shoal.adapters import redis_keys
 from shoal.adapters.kube import Kube
-from shoal.adapters.snapshot_store import LatestValue
+from shoal.adapters.latest_value import LatestValue
 from shoal.errors import ShoalError
 from shoal.explain import all_queues, explain
 from shoal.logging import get_logger

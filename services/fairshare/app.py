@@ -10,12 +10,13 @@ from services.fairshare.handlers import FairShare
 from shoal.adapters import redis_keys
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import Consumer
-from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.shard_snapshots import SnapshotReader
 from shoal.adapters.usage_history import UsageHistory, UsageSettings, usage_source
 from shoal.adapters.wiring import bus_and_redis
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
-from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
 from shoal.settings import ServiceSettings
 
@@ -35,7 +36,7 @@ def build(settings: FairShareSettings) -> web.Application:
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
         async with bus_and_redis(settings, readiness) as (redis, bus):
-            service = FairShare(store=SnapshotStore(redis, ClusterSnapshot),
+            service = FairShare(snapshots=SnapshotReader(redis),
                                 results=LatestValue(redis, redis_keys.fair_share, FairShareComputed),
                                 bus=bus, metrics=metrics, topic_prefix=prefix,
                                 history=UsageHistory(redis, refresh_s=settings.usage.refresh_s)

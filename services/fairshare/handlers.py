@@ -10,17 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shoal.adapters.kafka import Delivery, Publisher
-from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.shard_snapshots import SnapshotReader
 from shoal.adapters.usage_history import UsageHistory, UsageSource
 from shoal.core.context import Context
 from shoal.core.cycle import queue_figures
-from shoal.core.ingest import snapshot_from_objects
+from shoal.core.ingest.shard_model import assemble
 from shoal.core.session import Session
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
 from shoal.messages.plan import FairShareComputed
-from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
 from shoal.usage import UsageParams, epoch_seconds, sample_of, with_usage
 
@@ -31,7 +32,7 @@ _RESOURCES = (("gpu", 1000.0), ("cpu", 1000.0), ("memory", 1.0))
 
 @dataclass
 class FairShare:
-    store: SnapshotStore[ClusterSnapshot]
+    snapshots: SnapshotReader
     results: LatestValue[FairShareComputed]
     bus: Publisher
     metrics: Metrics
@@ -57,14 +58,14 @@ class FairShare:
         shard = message.shard
         if message.revision <= self.last.get(shard, -1):
             return
-        latest = await self.store.latest(shard)
+        latest = await self.snapshots.read(shard)
         if latest is None or latest.revision <= self.last.get(shard, -1):
             return
-        at_s = epoch_seconds(latest.value.taken_at)
+        at_s = epoch_seconds(latest.taken_at)
         source = self.usage_source or self.history
         usage = await source.usage(shard, now_s=at_s) if source is not None else {}
-        result = snapshot_from_objects(latest.value.objects, now=latest.value.taken_at, revision=latest.revision,
-                                       config_doc=with_usage(None, usage))
+        result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
+                          config_doc=with_usage(None, usage), require_podgroup=latest.require_podgroup)
         ctx = Context(Session(result.snapshot))
         figures = tuple(queue_figures(ctx))
         capacity = {"gpu": ctx.total.gpu_milli, "cpu": ctx.total.cpu_milli, "memory": ctx.total.memory_bytes}

@@ -11,12 +11,13 @@ from shoal.adapters import redis_keys
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Consumer
-from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.shard_snapshots import SnapshotReader
 from shoal.adapters.usage_history import UsageSettings, usage_source
 from shoal.adapters.wiring import bus_and_redis
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
-from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
 from shoal.settings import ServiceSettings
 
@@ -42,7 +43,7 @@ def build(settings: PlannerSettings) -> web.Application:
         async with bus_and_redis(settings, readiness) as (redis, bus):
             planner = Planner(
                 shard_filter=frozenset(settings.shards),
-                store=SnapshotStore(redis, ClusterSnapshot),
+                snapshots=SnapshotReader(redis),
                 fair_shares=LatestValue(redis, redis_keys.fair_share, FairShareComputed),
                 inflight=InFlight(redis), bus=bus, metrics=metrics, topic_prefix=prefix,
                 inflight_ttl_s=settings.inflight_ttl_s,

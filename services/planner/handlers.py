@@ -1,7 +1,10 @@
 """Snapshot announcement → plan: read in-flight binds, then the latest snapshot, run the core, publish.
 
-Ownership: snapshots are keyed by shard, so the consumer group gives each shard's partition to one
-planner at a time. In-flight binds are read BEFORE the snapshot (see shoal.adapters.inflight).
+The planner keeps each shard's typed model and applies the deltas since the revision it planned last
+(`shoal.adapters.shard_snapshots`); in-flight binds are applied on the typed model (`assemble`), nothing is
+re-read from manifests. Ownership: snapshots are keyed by shard, so the consumer group gives each shard's
+partition to one planner at a time. In-flight binds are read BEFORE the snapshot (see shoal.adapters.inflight).
+Announcements that queued up while a cycle ran are one cycle: the next plans the newest revision.
 """
 
 from __future__ import annotations
@@ -12,19 +15,20 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from services.planner.translate import decisions, inflight_entries, overlay_inflight
+from services.planner.translate import decisions, inflight_binds, inflight_entries
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
-from shoal.adapters.snapshot_store import LatestValue, SnapshotStore
+from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.shard_snapshots import SnapshotReader
 from shoal.adapters.usage_history import UsageSource
 from shoal.core.cycle import run_cycle
-from shoal.core.ingest import snapshot_from_objects
+from shoal.core.ingest.shard_model import assemble
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
 from shoal.messages.plan import FairShareComputed, PlanIssued
-from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
 from shoal.usage import epoch_seconds, with_usage
 
@@ -34,7 +38,7 @@ log = get_logger("services.planner")
 @dataclass
 class Planner:
     shard_filter: frozenset[str]
-    store: SnapshotStore[ClusterSnapshot]
+    snapshots: SnapshotReader
     fair_shares: LatestValue[FairShareComputed]
     inflight: InFlight
     bus: Publisher
@@ -53,7 +57,7 @@ class Planner:
         self._cycle = m.histogram("planner_cycle_seconds", "Snapshot read to plan published.", ["shard"])
         self._stale = m.gauge("planner_fairshare_lag_revisions",
                               "Snapshot revisions the fairshare service is behind the planner.", ["shard"])
-        self._problems = m.counter("planner_ingest_problems_total", "Objects left out of a snapshot.", ["shard"])
+        self._problems = m.counter("planner_config_problems_total", "Problems in the SchedulerConfig.", ["shard"])
 
     async def on_snapshot(self, message: SnapshotPublished, delivery: Delivery) -> None:
         shard = message.shard
@@ -63,18 +67,16 @@ class Planner:
             return  # a duplicate or an old announcement: a newer revision was planned already
         started = time.perf_counter()
         inflight = await self.inflight.all(shard)  # before the snapshot, never after
-        latest = await self.store.latest(shard)
+        latest = await self.snapshots.read(shard)
         if latest is None or latest.revision <= self.last_planned.get(shard, -1):
             return
-        snap = latest.value
-        objects = overlay_inflight(snap.objects, inflight, time.time())
-        usage = await self.history.usage(shard, now_s=epoch_seconds(snap.taken_at)) if self.history else {}
-        result = snapshot_from_objects(objects, now=snap.taken_at, revision=latest.revision,
-                                       config_doc=with_usage(self.config_doc, usage))
+        usage = await self.history.usage(shard, now_s=epoch_seconds(latest.taken_at)) if self.history else {}
+        result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
+                          config_doc=with_usage(self.config_doc, usage),
+                          inflight=inflight_binds(inflight, time.time()), require_podgroup=latest.require_podgroup)
         for problem in result.problems:
             self._problems.labels(shard).inc()
-            log.warning("snapshot_object_skipped", shard=shard, index=problem.index, field=problem.field,
-                        problem=problem.message)
+            log.warning("scheduler_config_problem", shard=shard, field=problem.field, problem=problem.message)
         await self._check_fairshare(shard, latest.revision)
         plan = run_cycle(result.snapshot)
         await self.inflight.add(shard, inflight_entries(plan, now_s=time.time(), ttl_s=self.inflight_ttl_s))

@@ -1,38 +1,20 @@
-"""Pure pieces of the planner: in-flight overlay, decision events, in-flight entries of a plan."""
+"""Pure pieces of the planner: binds in flight, decision events, in-flight entries of a plan."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from shoal.core.plan import Bind, Evict, Pipeline, Plan, SetCondition
 from shoal.messages.decisions import Decision, decision
 from shoal.messages.snapshot import InFlightBind
 
-GPU_GROUP_LABEL = "runai-gpu-group"
 
-
-def overlay_inflight(objects: Sequence[dict], inflight: Iterable[InFlightBind], now_s: float) -> list[dict]:
-    """The snapshot objects with every unexpired in-flight bind applied: the pod shows as placed on its
-    node (and in its GPU groups), so its resources count as allocated and it is not planned twice."""
-    live = {e.pod_uid: e for e in inflight if e.expires_at > now_s}
-    by_name = {e.pod: e for e in live.values()}
-    out = []
-    for obj in objects:
-        if obj.get("kind") == "Pod":
-            meta = obj.get("metadata") or {}
-            entry = live.get(meta.get("uid", "")) or by_name.get(f"{meta.get('namespace')}/{meta.get('name')}")
-            if entry is not None and not (obj.get("spec") or {}).get("nodeName"):
-                obj = copy.deepcopy(obj)
-                obj.setdefault("spec", {})["nodeName"] = entry.node
-                if entry.gpu_groups:
-                    labels = obj["metadata"].setdefault("labels", {})
-                    if len(entry.gpu_groups) == 1:
-                        labels[GPU_GROUP_LABEL] = entry.gpu_groups[0]
-                    else:
-                        for group in entry.gpu_groups:
-                            labels[f"{GPU_GROUP_LABEL}/{group}"] = group
-        out.append(obj)
+def inflight_binds(inflight: Iterable[InFlightBind], now_s: float) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Unexpired in-flight binds as `assemble` takes them: pod uid and "ns/name" → (node, GPU groups)."""
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for entry in inflight:
+        if entry.expires_at > now_s:
+            out[entry.pod] = out[entry.pod_uid] = (entry.node, entry.gpu_groups)
     return out
 
 

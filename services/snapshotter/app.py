@@ -6,14 +6,14 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from services.snapshotter.handlers import Snapshotter
+from services.snapshotter.handlers import Snapshotter, now_text
 from services.snapshotter.mirror import Mirror
+from services.snapshotter.translate import Shards
 from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.inflight import InFlight
-from shoal.adapters.snapshot_store import SnapshotStore
+from shoal.adapters.shard_snapshots import SnapshotWriter
 from shoal.adapters.wiring import bus_and_redis
-from shoal.messages.snapshot import ClusterSnapshot
 from shoal.metrics import Metrics
 from shoal.settings import ServiceSettings
 
@@ -24,8 +24,10 @@ class SnapshotterSettings(ServiceSettings, frozen=True, kw_only=True):
     scheduler_name: str = "shoal-scheduler"
     shards: tuple[str, ...] = ()  # always publish these; shards with nodes are found by themselves
     shard_prefix: str = ""  # only node pools whose name starts with this (several Shoals on one cluster)
-    period_s: float = 1.0
-    heartbeat_s: float = 10.0
+    debounce_s: float = 0.02  # publish once watch events pause this long…
+    max_delay_s: float = 0.1  # …but no later than this after the first change
+    heartbeat_s: float = 10.0  # a shard without changes is announced again after this long
+    base_every: int = 500  # deltas after which the whole model is stored again
     require_podgroup: bool = True  # pending pods wait for their PodGroup (the podgrouper service makes it)
 
 
@@ -43,12 +45,14 @@ def build(settings: SnapshotterSettings) -> web.Application:
         kube = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
         async with bus_and_redis(settings, readiness) as (redis, bus):
             holder: dict = {}
-            mirror = Mirror(kube, WATCHED, lambda: holder["s"].mark_dirty(),
+            mirror = Mirror(kube, WATCHED, lambda obj, deleted: holder["s"].on_change(obj, deleted),
                             watch_timeout_s=settings.kube.watch_timeout_s)
+            shards = Shards(settings.scheduler_name, shard_prefix=settings.shard_prefix, fixed=settings.shards,
+                            raw_pods=lambda: list(mirror.objects.get("Pod", {}).values()), now=now_text)
             holder["s"] = app[SNAPSHOTTER] = Snapshotter(
-                mirror=mirror, store=SnapshotStore(redis, ClusterSnapshot, retain_s=settings.redis.snapshot_retain_s),
-                inflight=InFlight(redis), bus=bus, metrics=metrics, scheduler_name=settings.scheduler_name,
-                shards=settings.shards, shard_prefix=settings.shard_prefix, period_s=settings.period_s, heartbeat_s=settings.heartbeat_s,
+                mirror=mirror, shards=shards, writer=SnapshotWriter(redis, retain_s=settings.redis.snapshot_retain_s),
+                inflight=InFlight(redis), bus=bus, metrics=metrics, debounce_s=settings.debounce_s,
+                max_delay_s=settings.max_delay_s, heartbeat_s=settings.heartbeat_s, base_every=settings.base_every,
                 topic_prefix=prefix, require_podgroup=settings.require_podgroup)
             app[MIRROR] = mirror
             readiness.add("synced", mirror.synced)

@@ -1,9 +1,16 @@
-"""Mirror → one snapshot per shard per period (debounced), stored in Redis, announced on Kafka.
+"""Watch events → typed shard models → one delta per shard per cycle in Redis, announced on Kafka.
 
-Decisions in flight are read from Redis and carried in the snapshot; entries the cluster now shows
-done (pod bound or gone) or that expired are removed here, right after the snapshot that shows them
-done is stored, so a planner that reads the in-flight hash before the latest snapshot never sees a pod as
-both unbound and not in flight.
+Each watched object is translated when it changes (`services.snapshotter.shards`); a change that alters what
+the core reads wakes the publisher, which waits until events pause for `debounce_s` (at most `max_delay_s`
+after the first one) and then stores, for every shard that changed, a delta (`shoal.adapters.shard_snapshots`)
+and announces it. A shard that has not changed is announced again after `heartbeat_s` (grace periods and
+minimum runtimes need fresh cycles). The whole model is stored as a base when this process first publishes a
+shard, when another writer moved the shard on, after a failed write, and when its deltas add up to more than
+`base_every` or to half the base's bytes.
+
+Decisions in flight are read from Redis; entries the cluster now shows done (pod bound or gone) or that
+expired are removed here, right after the revision that shows them done is stored, so a planner that reads
+the in-flight hash before the latest snapshot never sees a pod as both unbound and not in flight.
 """
 
 from __future__ import annotations
@@ -14,21 +21,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from services.snapshotter.mirror import Mirror
-from services.snapshotter.translate import shard_objects, shards_of
+from services.snapshotter.translate import Shards
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Publisher
-from shoal.adapters.snapshot_store import SnapshotStore
+from shoal.adapters.shard_snapshots import SnapshotWriter
 from shoal.errors import TransientError
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
-from shoal.messages.snapshot import ClusterSnapshot, InFlightBind, SnapshotPublished
+from shoal.messages.snapshot import InFlightBind, SnapshotPublished
 from shoal.metrics import Metrics
 
 log = get_logger("services.snapshotter")
 
 
-def settled(entry: InFlightBind, pods_by_uid: dict[str, dict], now_s: float) -> bool:
+def settled(entry: InFlightBind, pods_by_uid, now_s: float) -> bool:  # type: ignore[no-untyped-def]
     """True when an in-flight bind no longer needs to count: the pod is bound, gone, or the entry expired."""
     if entry.expires_at <= now_s:
         return True
@@ -36,98 +43,154 @@ def settled(entry: InFlightBind, pods_by_uid: dict[str, dict], now_s: float) -> 
     return pod is None or bool((pod.get("spec") or {}).get("nodeName"))
 
 
+def now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Chain:
+    """What this process last stored for a shard."""
+
+    revision: int
+    chain: str
+    base_bytes: int
+    deltas: int = 0
+    delta_bytes: int = 0
+
+
 @dataclass
 class Snapshotter:
     mirror: Mirror
-    store: SnapshotStore[ClusterSnapshot]
+    shards: Shards
+    writer: SnapshotWriter
     inflight: InFlight
     bus: Publisher
     metrics: Metrics
-    scheduler_name: str = "shoal-scheduler"
-    shards: tuple[str, ...] = ()
-    shard_prefix: str = ""
-    period_s: float = 1.0
+    debounce_s: float = 0.02
+    max_delay_s: float = 0.1
     heartbeat_s: float = 10.0
+    base_every: int = 500
     topic_prefix: str = ""
     require_podgroup: bool = False
     dirty: asyncio.Event = field(default_factory=asyncio.Event)
-    revisions: dict[str, int] = field(default_factory=dict)
+    chains: dict[str, Chain] = field(default_factory=dict)
+    announced: dict[str, float] = field(default_factory=dict)  # shard → monotonic time of its last revision
 
     def __post_init__(self) -> None:
-        self._published = self.metrics.counter("snapshots_published_total", "Snapshots published.", ["shard"])
-        self._build = self.metrics.histogram("snapshot_build_seconds", "Mirror to snapshot stored.", ["shard"])
-        self._size = self.metrics.gauge("snapshot_objects", "Objects in the latest snapshot.", ["shard"])
+        m = self.metrics
+        self._published = m.counter("snapshots_published_total", "Snapshot revisions published.", ["shard", "kind"])
+        self._build = m.histogram("snapshot_build_seconds", "Changes taken to revision announced.", ["shard"])
+        self._size = m.gauge("snapshot_objects", "Objects in the shard's model.", ["shard"])
+        self._bytes = m.counter("snapshot_bytes_total", "Bytes stored in Redis for snapshots.", ["shard", "kind"])
+        self._skipped = m.counter("snapshot_objects_skipped_total", "Watched objects left out as broken.", ["kind"])
 
-    def mark_dirty(self) -> None:
-        self.dirty.set()
+    def on_change(self, obj: dict, deleted: bool) -> None:
+        """One watch event (the mirror's callback): translate it; wake the publisher if a model changed."""
+        if deleted:
+            self.shards.remove(obj)
+        else:
+            problem = self.shards.update(obj)
+            if problem is not None:
+                meta = obj.get("metadata") or {}
+                self._skipped.labels(str(obj.get("kind"))).inc()
+                log.warning("snapshot_object_skipped", kind=obj.get("kind"), namespace=meta.get("namespace"),
+                            name=meta.get("name"), problem=problem)
+        if self.shards.changed():
+            self.dirty.set()
 
     async def run(self) -> None:
         await self.mirror.wait_synced()
         log.info("mirror_synced", objects=sum(len(v) for v in self.mirror.objects.values()))
-        last = 0.0
+        self.dirty.set()  # the first round publishes every active shard
         while True:
             try:
-                await asyncio.wait_for(self.dirty.wait(), timeout=self.heartbeat_s)
+                await asyncio.wait_for(self.dirty.wait(), timeout=self._until_heartbeat())
             except TimeoutError:
-                pass  # publish anyway: time-based decisions (grace periods, min-runtime) need fresh cycles
-            wait = self.period_s - (time.monotonic() - last)
-            if wait > 0:
-                await asyncio.sleep(wait)  # debounce: at most one snapshot per shard per period
-            self.dirty.clear()
-            last = time.monotonic()
+                pass
+            await self._settle()
             try:
                 await self.publish_all()
-            except TransientError as exc:  # Kafka (or Redis) unreachable: the next period publishes again
+            except TransientError as exc:  # Kafka (or Redis) unreachable: the next round publishes again
                 log.warning("snapshot_publish_failed", error=str(exc))
+                await asyncio.sleep(min(1.0, self.heartbeat_s))
                 self.dirty.set()
 
-    async def publish_all(self) -> None:
-        objects = list(self.mirror.all())
-        found = [s for s in shards_of(objects) if s.startswith(self.shard_prefix)]
-        pods = {(o.get("metadata") or {}).get("uid", ""): o for o in objects if o.get("kind") == "Pod"}
-        for shard in sorted(set(self.shards) | set(found)):
-            await self.publish(shard, objects, pods)
+    def _until_heartbeat(self) -> float:
+        if not self.announced:
+            return self.heartbeat_s
+        return max(0.0, min(self.announced.values()) + self.heartbeat_s - time.monotonic())
 
-    async def publish(self, shard: str, objects: list[dict], pods: dict[str, dict] | None = None) -> None:
-        """Store and announce one shard's snapshot; `pods` (uid → pod of `objects`) is built once per round."""
+    async def _settle(self) -> None:
+        """Wait while events keep coming, `debounce_s` apart at most, but no longer than `max_delay_s`."""
+        deadline = time.monotonic() + self.max_delay_s
+        while self.dirty.is_set():
+            self.dirty.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.dirty.wait(), timeout=min(self.debounce_s, left))
+            except TimeoutError:
+                return
+
+    async def publish_all(self) -> None:
+        changed = set(self.shards.changed())
+        due = time.monotonic() - self.heartbeat_s
+        for shard in self.shards.active():
+            if shard in changed or self.announced.get(shard, float("-inf")) <= due:
+                await self.publish(shard)
+
+    async def publish(self, shard: str) -> None:
         started = time.perf_counter()
-        now_s = time.time()
-        if pods is None:
-            pods = {(o.get("metadata") or {}).get("uid", ""): o for o in objects if o.get("kind") == "Pod"}
         entries = await self.inflight.all(shard)
+        now_s = time.time()
+        pods = self.mirror.objects.get("Pod", {})
         done = {e.pod_uid for e in entries if settled(e, pods, now_s)}
-        live = tuple(e for e in entries if e.pod_uid not in done)
-        revision = await self._next_revision(shard)
-        snap = ClusterSnapshot(shard=shard, revision=revision,
-                               taken_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                               objects=tuple(shard_objects(objects, shard, self.scheduler_name,
-                                                            require_podgroup=self.require_podgroup)),
-                               inflight=live)
-        if not await self.store.publish(shard, revision, snap):
-            self.revisions.pop(shard, None)  # someone else is ahead (another replica): re-read next time
-            return
-        # only now that the snapshot showing them bound is the latest: a planner that no longer finds an
-        # entry must read a snapshot with its bind (removed earlier, it could read the previous snapshot
+        changes = self.shards.take(shard)
+        chain = self.chains.get(shard)
+        taken_at = now_text()
+        kind = "delta"
+        written = None
+        if chain is not None and chain.deltas < self.base_every and chain.delta_bytes * 2 < chain.base_bytes:
+            try:
+                written = await self.writer.publish_delta(shard, chain.revision + 1, changes, chain=chain.chain,
+                                                          taken_at=taken_at, require_podgroup=self.require_podgroup)
+            except TransientError:
+                self.chains.pop(shard, None)  # the changes taken are only in the model now: a base carries them
+                raise
+        if written is not None and chain is not None:
+            chain.revision += 1
+            chain.deltas += 1
+            chain.delta_bytes += written
+        else:
+            kind = "base"
+            chain = await self._base(shard, taken_at)
+            written = chain.base_bytes
+        # only now that the revision showing them bound is the latest: a planner that no longer finds an
+        # entry must read a snapshot with its bind (removed earlier, it could read the previous revision
         # and book the pod's resources a second time)
         await self.inflight.remove(shard, done)
-        nodes = n_pods = pending = 0
-        for o in snap.objects:
-            if o["kind"] == "Node":
-                nodes += 1
-            elif o["kind"] == "Pod":
-                n_pods += 1
-                pending += not o.get("spec", {}).get("nodeName")
-        announced = SnapshotPublished(meta=new_meta("snapshotter", revision=revision), shard=shard,
-                                      revision=revision, nodes=nodes, pods=n_pods, pending_pods=pending)
+        model = self.shards.model(shard)
+        announced = SnapshotPublished(meta=new_meta("snapshotter", revision=chain.revision), shard=shard,
+                                      revision=chain.revision, nodes=len(model.nodes), pods=len(model.pods),
+                                      pending_pods=self.shards.pending_pods.get(shard, 0))
         await self.bus.publish(topics.SNAPSHOTS.full(self.topic_prefix), announced, key=shard)
-        self._published.labels(shard).inc()
-        self._size.labels(shard).set(len(snap.objects))
+        self.announced[shard] = time.monotonic()
+        self._published.labels(shard, kind).inc()
+        self._bytes.labels(shard, kind).inc(written)
+        self._size.labels(shard).set(model.size())
         self._build.labels(shard).observe(time.perf_counter() - started)
-        log.info("snapshot_published", shard=shard, revision=revision, objects=len(snap.objects),
-                 pending=pending, inflight=len(live), settled=len(done))
+        log.info("snapshot_published", shard=shard, revision=chain.revision, kind=kind, bytes=written,
+                 objects=model.size(), pending=announced.pending_pods, inflight=len(entries) - len(done),
+                 settled=len(done))
 
-    async def _next_revision(self, shard: str) -> int:
-        if shard not in self.revisions:
-            self.revisions[shard] = await self.store.latest_revision(shard) or 0
-        self.revisions[shard] += 1
-        return self.revisions[shard]
+    async def _base(self, shard: str, taken_at: str) -> Chain:
+        self.chains.pop(shard, None)
+        for _ in range(50):
+            revision = (await self.writer.latest_revision(shard) or 0) + 1
+            stored = await self.writer.publish_base(shard, revision, self.shards.model(shard).entries(),
+                                                    taken_at=taken_at, require_podgroup=self.require_podgroup)
+            if stored is not None:
+                self.chains[shard] = chain = Chain(revision=revision, chain=stored[0], base_bytes=stored[1])
+                return chain
+        raise TransientError(f"snapshot base for shard {shard!r}: other writers kept moving ahead")

@@ -1,7 +1,9 @@
 """An in-memory mirror of the watched kinds, kept by one list+watch per kind.
 
 A kind whose API is not served (e.g. a CRD not installed yet) counts as synced and empty and is
-watched again after a pause, so installing the CRD later is picked up without a restart.
+watched again after a pause, so installing the CRD later is picked up without a restart. Every change is
+passed on one object at a time, `on_change(obj, deleted)` (a re-list passes on only what differs from the
+objects kept), so whoever listens does work in proportion to what changed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def _key(obj: dict) -> str:
 
 
 class Mirror:
-    def __init__(self, kube: Kube, resources: tuple[Resource, ...], on_change: Callable[[], None],
+    def __init__(self, kube: Kube, resources: tuple[Resource, ...], on_change: Callable[[dict, bool], None],
                  *, retry_s: float = 5.0, watch_timeout_s: int = 300) -> None:
         self._kube = kube
         self._resources = resources
@@ -68,16 +70,21 @@ class Mirror:
             for obj in event.objects:
                 obj.setdefault("kind", kind)
                 fresh[_key(obj)] = obj
-            if fresh != store:
-                self.objects[kind] = fresh
-                self._on_change()
+            self.objects[kind] = fresh
+            for key, old in store.items():
+                if key not in fresh:
+                    self._on_change(old, True)
+            for key, obj in fresh.items():
+                if store.get(key) != obj:
+                    self._on_change(obj, False)
             self._synced[kind].set()
             return
         obj = event.object or {}
         obj.setdefault("kind", kind)
         if event.type == "DELETED":
-            if store.pop(_key(obj), None) is not None:
-                self._on_change()
+            old = store.pop(_key(obj), None)
+            if old is not None:
+                self._on_change(old, True)
         else:
             store[_key(obj)] = obj
-            self._on_change()
+            self._on_change(obj, False)

@@ -12,8 +12,8 @@ from e2e_helpers import decisions, eventually
 
 from shoal.adapters import redis_keys
 from shoal.adapters.kube import PODS, QUEUES
+from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.redis_client import connect_redis
-from shoal.adapters.snapshot_store import LatestValue
 from shoal.adapters.usage_history import UsageHistory
 from shoal.messages.plan import FairShareComputed
 from shoal.settings import RedisSettings

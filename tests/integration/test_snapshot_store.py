@@ -1,4 +1,5 @@
-"""The Redis snapshot store against a real Redis: round trip, atomic monotonic publish, expiry of old revisions."""
+"""Typed shard snapshots and latest values against a real Redis: bases in parts, deltas that follow them,
+writers that race, readers that follow or re-read, expiry of superseded chains."""
 
 from __future__ import annotations
 
@@ -13,20 +14,14 @@ from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
 from shoal.adapters.dedup import SeenIds
+from shoal.adapters.latest_value import LatestValue, Versioned
 from shoal.adapters.redis_client import connect_redis, redis_ready
-from shoal.adapters.snapshot_store import LatestValue, SnapshotStore, Versioned
+from shoal.adapters.shard_snapshots import SnapshotReader, SnapshotWriter
+from shoal.core.ingest.shard_model import Changes, Entries, PodEntry, Removed, ShardModel
+from shoal.core.model import Node, Pod
 from shoal.settings import RedisSettings
 
-
-class Node(msgspec.Struct, frozen=True):
-    name: str
-    gpus: int
-
-
-class Snap(msgspec.Struct, frozen=True):
-    revision: int
-    nodes: tuple[Node, ...]
-    payload: bytes = b""
+NOW = "2026-01-01T00:00:00Z"
 
 
 class Shares(msgspec.Struct, frozen=True):
@@ -42,86 +37,119 @@ async def redis(stack: Any) -> AsyncIterator[Redis]:
         await client.aclose()
 
 
-def snap(revision: int, size: int = 3) -> Snap:
-    return Snap(revision, tuple(Node(f"n{i}", 8) for i in range(size)))
+def node(i: int, gpus: int = 8) -> Node:
+    return Node(name=f"n{i}", gpus=gpus)
 
 
-async def test_publish_and_read_back(redis: Redis, node_pool: str) -> None:
+def pod_entry(i: int, node_name: str | None = None) -> PodEntry:
+    return PodEntry(pod=Pod(uid=f"u{i}", namespace="ns", name=f"p{i}", pod_group=f"pg{i}", gpus=1,
+                            node_name=node_name))
+
+
+def model_of(*, nodes: int, pods: int) -> ShardModel:
+    return ShardModel.of(Entries(nodes=tuple(node(i) for i in range(nodes)),
+                                 pods=tuple(pod_entry(i) for i in range(pods))))
+
+
+async def test_a_reader_follows_deltas_and_reads_a_base_only_when_it_must(redis: Redis, node_pool: str) -> None:
     assert await redis_ready(redis)
-    store = SnapshotStore(redis, Snap)
-    assert await store.latest(node_pool) is None
-    assert await store.publish(node_pool, 1, snap(1))
-    assert await store.publish(node_pool, 5, snap(5, size=2))
-    assert await store.latest(node_pool) == Versioned(5, snap(5, size=2))
-    assert await store.get(node_pool, 1) == snap(1)
-    assert await store.get(node_pool, 3) is None
-    assert not await store.publish(node_pool, 4, snap(4))  # older: ignored
-    assert not await store.publish(node_pool, 5, snap(5))  # repeated: ignored
-    assert await store.latest_revision(node_pool) == 5
-    assert await store.get(node_pool, 4) is None
-    assert await redis.get(redis_keys.snapshot_latest(node_pool)) == b"5"
-    assert await redis.ttl(redis_keys.snapshot(node_pool, 5)) == -1  # the latest never expires
-    assert 0 < await redis.ttl(redis_keys.snapshot(node_pool, 1)) <= 300
+    writer, reader = SnapshotWriter(redis), SnapshotReader(redis)
+    assert await reader.read(node_pool) is None
+    model = model_of(nodes=3, pods=9_000)  # pods in 3 parts
+    stored = await writer.publish_base(node_pool, 1, model.entries(), taken_at=NOW, require_podgroup=True)
+    assert stored is not None
+    chain, size = stored
+    assert await redis.get(redis_keys.snapshot_base_latest(node_pool)) == b"1"
+    assert await redis.exists(redis_keys.snapshot_base_part(node_pool, 1, 2)) == 1
+    first = await reader.read(node_pool)
+    assert first is not None and first.revision == 1 and first.require_podgroup and first.model == model
+    for revision in (2, 3):
+        change = Changes(upserts=Entries(pods=(pod_entry(revision, node_name="n0"),)),
+                         removed=Removed(nodes=(f"n{revision - 1}",)))
+        model.apply(change)
+        written = await writer.publish_delta(node_pool, revision, change, chain=chain, taken_at=NOW)
+        assert written is not None and written < size // 1000  # a delta is tiny next to the base
+    assert await writer.publish_delta(node_pool, 3, Changes(), chain=chain, taken_at=NOW) is None  # not the next
+    assert await writer.publish_delta(node_pool, 5, Changes(), chain=chain, taken_at=NOW) is None  # a gap
+    current = await reader.read(node_pool)
+    assert current is not None and current.revision == 3 and current.model == model
+    assert (reader.bases_read, reader.deltas_read) == (1, 2)
+    fresh = await SnapshotReader(redis).read(node_pool)  # a restarted reader: base + every delta
+    assert fresh is not None and fresh.revision == 3 and fresh.model == model
 
 
-async def test_concurrent_publishers_never_move_latest_backwards_or_to_a_missing_blob(
+async def test_a_new_base_ends_the_old_chain_and_expires_it(redis: Redis, node_pool: str) -> None:
+    writer, reader = SnapshotWriter(redis, retain_s=60), SnapshotReader(redis)
+    old = model_of(nodes=2, pods=4)
+    stored = await writer.publish_base(node_pool, 1, old.entries(), taken_at=NOW)
+    assert stored is not None
+    assert await writer.publish_delta(node_pool, 2, Changes(), chain=stored[0], taken_at=NOW) is not None
+    assert (await reader.read(node_pool)).revision == 2  # type: ignore[union-attr]
+    other = SnapshotWriter(redis, retain_s=60)  # another writer (a restarted snapshotter) stores a base
+    new = model_of(nodes=5, pods=1)
+    assert await other.publish_base(node_pool, 2, new.entries(), taken_at=NOW) is None  # not ahead: refused
+    replaced = await other.publish_base(node_pool, 3, new.entries(), taken_at=NOW)
+    assert replaced is not None and replaced[0] != stored[0]
+    assert await writer.publish_delta(node_pool, 3, Changes(), chain=stored[0], taken_at=NOW) is None
+    current = await reader.read(node_pool)
+    assert current is not None and current.revision == 3 and current.chain == replaced[0] and current.model == new
+    assert await redis.ttl(redis_keys.snapshot_base(node_pool, 3)) == -1  # the latest base never expires
+    for key in (redis_keys.snapshot_base(node_pool, 1), redis_keys.snapshot_base_part(node_pool, 1, 0),
+                redis_keys.snapshot_delta(node_pool, 2)):
+        assert 0 < await redis.ttl(key) <= 60, key
+
+
+async def test_readers_never_see_a_model_other_than_the_one_written_for_the_revision(
         redis: Redis, node_pool: str, stack: Any) -> None:
-    store = SnapshotStore(redis, Snap, retain_s=0.05)  # superseded blobs vanish almost at once
-    revisions = list(range(1, 121))
-    random.Random(7).shuffle(revisions)
+    writer = SnapshotWriter(redis, retain_s=0.2)  # superseded chains vanish almost at once
+    model = model_of(nodes=4, pods=20)
+    history: dict[int, ShardModel] = {}
     stop = asyncio.Event()
-    observed: list[list[int]] = []
+    mismatches: list[int] = []
+    seen: list[list[int]] = []
 
-    async def publisher(mine: list[int]) -> int:
-        wins = 0
-        for revision in mine:
-            wins += await store.publish(node_pool, revision, snap(revision, size=50))
+    async def write() -> None:
+        rng = random.Random(5)
+        revision, chain = 0, ""
+        for step in range(150):
+            if step % 40 == 0:  # now and then a whole new base (as after a snapshotter restart)
+                revision += 1
+                history[revision] = ShardModel.of(model.entries())  # before a reader can see it
+                stored = await writer.publish_base(node_pool, revision, model.entries(), taken_at=NOW)
+                assert stored is not None
+                chain = stored[0]
+            else:
+                i = rng.randrange(40)
+                change = (Changes(upserts=Entries(pods=(pod_entry(i, node_name=f"n{rng.randrange(4)}"),)))
+                          if rng.random() < 0.7 else Changes(removed=Removed(pods=(f"u{i}",))))
+                model.apply(change)
+                revision += 1
+                history[revision] = ShardModel.of(model.entries())
+                assert await writer.publish_delta(node_pool, revision, change, chain=chain, taken_at=NOW)
             await asyncio.sleep(0)
-        return wins
 
-    async def reader() -> None:
+    async def read() -> None:
         other = connect_redis(RedisSettings(url=stack.redis_url))
-        reader_store = SnapshotStore(other, Snap)
-        seen: list[int] = []
-        observed.append(seen)
+        reader, mine = SnapshotReader(other), []
+        seen.append(mine)
         try:
             while not stop.is_set():
-                latest = await reader_store.latest(node_pool)
-                if latest is not None:
-                    assert latest.value.revision == latest.revision  # pointer and blob agree
-                    seen.append(latest.revision)
-                pointer = await other.get(redis_keys.snapshot_latest(node_pool))
-                if pointer is not None:
-                    # the pointer always names a blob that exists
-                    assert await other.exists(redis_keys.snapshot(node_pool, int(pointer))) == 1
+                current = await reader.read(node_pool)
+                if current is not None:
+                    mine.append(current.revision)
+                    if current.model != history[current.revision]:
+                        mismatches.append(current.revision)
                 await asyncio.sleep(0)
         finally:
             await other.aclose()
 
-    readers = [asyncio.create_task(reader()) for _ in range(2)]
-    wins = await asyncio.gather(*(publisher(revisions[i::4]) for i in range(4)))
+    readers = [asyncio.create_task(read()) for _ in range(2)]
+    await write()
     stop.set()
     await asyncio.gather(*readers)
-
-    assert sum(wins) >= 1
-    assert await store.latest_revision(node_pool) == 120
-    assert (await store.latest(node_pool)) == Versioned(120, snap(120, size=50))
-    for seen in observed:
-        assert seen, "a reader saw no snapshot"
-        assert seen == sorted(seen)  # never backwards
-
-
-async def test_superseded_revisions_expire(redis: Redis, node_pool: str) -> None:
-    store = SnapshotStore(redis, Snap, retain_s=0.5)
-    for revision in (1, 2, 3):
-        assert await store.publish(node_pool, revision, snap(revision))
-    assert await store.get(node_pool, 2) == snap(2)
-    await asyncio.sleep(1.0)
-    assert await store.get(node_pool, 1) is None
-    assert await store.get(node_pool, 2) is None
-    assert await store.latest(node_pool) == Versioned(3, snap(3))
-    assert await redis.keys(redis_keys.snapshot(node_pool, 1)[: -len(":1")] + ":*") == [
-        redis_keys.snapshot(node_pool, 3).encode()]
+    assert not mismatches
+    for mine in seen:
+        assert mine and mine == sorted(mine)  # never backwards
 
 
 async def test_latest_value_only_moves_forward(redis: Redis, node_pool: str) -> None:

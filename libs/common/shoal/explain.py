@@ -22,8 +22,8 @@ from redis.asyncio import Redis
 
 from shoal.adapters import kube as k
 from shoal.adapters import redis_keys
+from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.redis_client import redis_call
-from shoal.adapters.snapshot_store import LatestValue
 from shoal.cli.events import describe
 from shoal.errors import NotFoundError
 from shoal.messages.plan import FairShareComputed

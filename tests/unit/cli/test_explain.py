@@ -41,7 +41,7 @@ class FakeShares:
         self.computed = computed
 
     async def get(self, shard: str) -> Any:
-        from shoal.adapters.snapshot_store import Versioned
+        from shoal.adapters.latest_value import Versioned
 
         return Versioned(self.computed.revision, self.computed) if self.computed and shard == "pool-a" else None
 

@@ -7,10 +7,11 @@ import asyncio
 import pytest
 
 from services.planner.handlers import Planner
+from services.snapshotter.translate import Shards
 from shoal.adapters.kafka import Delivery
-from shoal.adapters.snapshot_store import Versioned
+from shoal.adapters.shard_snapshots import Current
 from shoal.messages.base import new_meta
-from shoal.messages.snapshot import ClusterSnapshot, SnapshotPublished
+from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
 
 NOW = "2026-01-01T00:00:00Z"
@@ -31,12 +32,17 @@ def pending_pod(i: int) -> list[dict]:
              "status": {"phase": "Pending"}}]
 
 
-class Store:
-    def __init__(self, snap: ClusterSnapshot):
-        self.snap = snap
+class Snapshots:
+    """The objects as the snapshotter's typed model of shard "default", at `revision`."""
 
-    async def latest(self, shard):
-        return Versioned(self.snap.revision, self.snap)
+    def __init__(self, revision: int, objects: tuple[dict, ...]):
+        shards = Shards("shoal-scheduler", fixed=("default",), now=lambda: NOW)
+        for obj in objects:
+            assert shards.update(obj) is None
+        self.current = Current(revision=revision, chain="c", taken_at=NOW, model=shards.model("default"))
+
+    async def read(self, shard):
+        return self.current
 
 
 class NoFairShare:
@@ -72,9 +78,8 @@ class Bus:
 
 async def test_plan_and_decisions_are_published_concurrently_then_the_revision_counts():
     objects = (QUEUE, *pending_pod(1), *pending_pod(2))
-    snap = ClusterSnapshot(shard="pool", revision=3, taken_at=NOW, objects=objects)
     bus = Bus(need=3)  # the plan and two unschedulable decisions
-    planner = Planner(shard_filter=frozenset(), store=Store(snap), fair_shares=NoFairShare(), inflight=InFlight(),
+    planner = Planner(shard_filter=frozenset(), snapshots=Snapshots(3, objects), fair_shares=NoFairShare(), inflight=InFlight(),
                       bus=bus, metrics=Metrics())
     announced = SnapshotPublished(meta=new_meta("snapshotter", revision=3), shard="pool", revision=3, nodes=0,
                                   pods=2, pending_pods=2)
@@ -85,14 +90,13 @@ async def test_plan_and_decisions_are_published_concurrently_then_the_revision_c
 
 
 async def test_a_failed_publish_leaves_the_revision_unplanned():
-    snap = ClusterSnapshot(shard="pool", revision=4, taken_at=NOW, objects=(QUEUE, *pending_pod(1)))
 
     class Broken:
         async def publish(self, topic, message, *, key=None, headers=None):
             raise ConnectionError("kafka down")
 
-    planner = Planner(shard_filter=frozenset(), store=Store(snap), fair_shares=NoFairShare(), inflight=InFlight(),
-                      bus=Broken(), metrics=Metrics())
+    planner = Planner(shard_filter=frozenset(), snapshots=Snapshots(4, (QUEUE, *pending_pod(1))),
+                      fair_shares=NoFairShare(), inflight=InFlight(), bus=Broken(), metrics=Metrics())
     announced = SnapshotPublished(meta=new_meta("snapshotter", revision=4), shard="pool", revision=4, nodes=0,
                                   pods=1, pending_pods=1)
     with pytest.raises(ConnectionError):

@@ -13,12 +13,11 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.planner.translate import overlay_inflight
-from services.snapshotter.shards import Shards
-from services.snapshotter.translate import shard_objects, shard_of
+from services.snapshotter.translate import Shards
 from shoal.core.ingest import snapshot_from_objects
 from shoal.core.ingest.shard_model import ShardModel, assemble
 from shoal.messages.snapshot import InFlightBind
+from tests.unit.services.raw_snapshot import overlay_inflight, shard_objects, shard_of
 
 NOW = "2026-01-01T00:00:00Z"
 SCHED = "shoal-scheduler"

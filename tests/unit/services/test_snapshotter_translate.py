@@ -1,6 +1,9 @@
-"""Shard membership and trimming of snapshot objects (pure)."""
+"""Shard membership of watched objects (pure): which shard's model keeps what, and what a pending pod needs."""
 
-from services.snapshotter.translate import shard_objects, shards_of, trim
+from services.snapshotter.translate import Shards
+from shoal.core.ingest.shard_model import assemble
+
+NOW = "2026-01-01T00:00:00Z"
 
 
 def node(name, pool=None):
@@ -9,48 +12,66 @@ def node(name, pool=None):
             "status": {"allocatable": {"nvidia.com/gpu": "2"}, "images": ["x"]}}
 
 
-def pod(name, *, node=None, scheduler="shoal-scheduler", pool=None, phase="Pending"):
+def pod(name, *, node=None, scheduler="shoal-scheduler", pool=None, phase="Pending", group=None):
     labels = {"kai.scheduler/node-pool": pool} if pool else {}
+    annotations = {"pod-group-name": group} if group else {}
     spec = {"schedulerName": scheduler, "containers": [{"name": "c", "image": "busybox", "resources": {}}]}
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": labels},
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels,
+                         "annotations": annotations},
             "spec": spec, "status": {"phase": phase, "hostIP": "1.2.3.4"}}
 
 
-def test_trim_keeps_what_the_core_reads_and_drops_the_rest():
-    out = trim(pod("p", node="n1"))
-    assert out["spec"]["containers"] == [{"name": "c", "resources": {}}]
-    assert out["spec"]["nodeName"] == "n1"
-    assert out["status"] == {"phase": "Pending"}
-    assert "managedFields" not in trim(node("n1"))["metadata"]
-    assert trim(node("n1"))["status"] == {"allocatable": {"nvidia.com/gpu": "2"}}
+def names(shards: Shards, shard: str) -> list[tuple[str, str]]:
+    model = shards.model(shard)
+    return sorted([("Node", n) for n in model.nodes] + [("Pod", e.pod.name) for e in model.pods.values()]
+                  + [("Queue", q) for q in model.queues] + [("PodGroup", g) for g in model.pod_groups])
+
+
+def fed(*objects) -> Shards:
+    shards = Shards("shoal-scheduler", now=lambda: NOW)
+    for obj in objects:
+        assert shards.update(obj) is None
+    return shards
 
 
 def test_shards_split_by_node_pool_label():
-    objs = [node("a1", "a"), node("b1", "b"), node("d1"),
-            pod("pa", pool="a"), pod("pb", pool="b"), pod("pd"),
-            pod("other-sched-on-a", node="a1", scheduler="default-scheduler"),
-            pod("other-sched-pending", scheduler="default-scheduler"),
-            pod("done-on-a", node="a1", phase="Succeeded"),
-            {"kind": "Queue", "apiVersion": "scheduling.run.ai/v2", "metadata": {"name": "q"}, "spec": {}}]
-    assert shards_of(objs) == ["a", "b", "default"]
-    names = [(o["kind"], o["metadata"]["name"]) for o in shard_objects(objs, "a", "shoal-scheduler")]
-    assert names == [("Node", "a1"), ("Pod", "other-sched-on-a"), ("Pod", "pa"), ("Queue", "q")]
-    default = [o["metadata"]["name"] for o in shard_objects(objs, "default", "shoal-scheduler")]
-    assert default == ["d1", "pd", "q"]
+    shards = fed(node("a1", "a"), node("b1", "b"), node("d1"), pod("pa", pool="a"), pod("pb", pool="b"), pod("pd"),
+                 pod("other-sched-on-a", node="a1", scheduler="default-scheduler"),
+                 pod("other-sched-pending", scheduler="default-scheduler"),
+                 pod("done-on-a", node="a1", phase="Succeeded"),
+                 {"kind": "Queue", "apiVersion": "scheduling.run.ai/v2", "metadata": {"name": "q"}, "spec": {}})
+    assert shards.active() == ["a", "b", "default"]
+    assert names(shards, "a") == [("Node", "a1"), ("Pod", "other-sched-on-a"), ("Pod", "pa"), ("Queue", "q")]
+    assert names(shards, "default") == [("Node", "d1"), ("Pod", "pd"), ("Queue", "q")]
+
+
+def test_a_bound_pod_follows_its_node_to_another_pool_and_a_finished_pod_leaves():
+    shards = fed(node("n1", "a"), pod("p", node="n1"))
+    assert ("Pod", "p") in names(shards, "a")
+    shards.update(node("n1", "b"))
+    assert names(shards, "a") == [] and names(shards, "b") == [("Node", "n1"), ("Pod", "p")]
+    shards.update(pod("p", node="n1", phase="Succeeded"))
+    assert names(shards, "b") == [("Node", "n1")]
 
 
 def test_with_require_podgroup_a_pending_pod_waits_for_its_podgroup():
-    grouped = pod("grouped", pool="a")
-    grouped["metadata"]["annotations"] = {"pod-group-name": "pg"}
-    named_missing = pod("named-missing", pool="a")
-    named_missing["metadata"]["annotations"] = {"pod-group-name": "not-yet"}
-    objs = [node("a1", "a"), grouped, named_missing, pod("ungrouped", pool="a"),
-            pod("bound-ungrouped", node="a1", pool="a"),
-            {"kind": "PodGroup", "apiVersion": "scheduling.run.ai/v2alpha2",
-             "metadata": {"name": "pg", "namespace": "ns", "labels": {"kai.scheduler/node-pool": "a"}}}]
-    names = [o["metadata"]["name"] for o in shard_objects(objs, "a", "shoal-scheduler", require_podgroup=True)]
-    assert names == ["a1", "bound-ungrouped", "grouped", "pg"]
-    everything = [o["metadata"]["name"] for o in shard_objects(objs, "a", "shoal-scheduler")]
-    assert everything == ["a1", "bound-ungrouped", "grouped", "named-missing", "ungrouped", "pg"]
+    shards = fed(node("a1", "a"), pod("grouped", pool="a", group="pg"), pod("named-missing", pool="a", group="later"),
+                 pod("ungrouped", pool="a"), pod("bound-ungrouped", node="a1", pool="a"),
+                 {"kind": "PodGroup", "apiVersion": "scheduling.run.ai/v2alpha2",
+                  "metadata": {"name": "pg", "namespace": "ns", "labels": {"kai.scheduler/node-pool": "a"}}})
+    waiting = assemble(shards.model("a"), now=NOW, require_podgroup=True).snapshot
+    assert [p.name for p in waiting.pods] == ["bound-ungrouped", "grouped"]
+    everything = assemble(shards.model("a"), now=NOW).snapshot
+    assert [p.name for p in everything.pods] == ["bound-ungrouped", "grouped", "named-missing", "ungrouped"]
+
+
+def test_a_broken_object_is_left_out_with_its_problem():
+    shards = fed(node("a1", "a"), pod("p", pool="a"))
+    bad = pod("p", pool="a")
+    bad["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "half"}}
+    problem = shards.update(bad)
+    assert problem is not None and "nvidia.com/gpu" in problem
+    assert names(shards, "a") == [("Node", "a1")]

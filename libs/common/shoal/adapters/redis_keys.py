@@ -2,8 +2,8 @@
 
 Usage::
 
-    redis_keys.snapshot("pool-a", 42)      # 'shoal:snapshot:pool-a:42'
-    redis_keys.snapshot_latest("pool-a")   # 'shoal:snapshot-latest:pool-a'
+    redis_keys.snapshot_delta("pool-a", 42)  # 'shoal:snapshot-delta:pool-a:42'
+    redis_keys.snapshot_latest("pool-a")     # 'shoal:snapshot-latest:pool-a'
 
 Ids are shard (node-pool) names, revisions, queue or consumer names; they may not be empty or contain ':'.
 Add a kind here before using it anywhere else.
@@ -22,14 +22,30 @@ def _key(kind: str, *ids: str | int) -> str:
     return ":".join([PREFIX, kind, *parts])
 
 
-def snapshot(shard: str, revision: int) -> str:
-    """One msgpack cluster snapshot of a shard at a revision (superseded ones expire)."""
-    return _key("snapshot", shard, revision)
-
-
 def snapshot_latest(shard: str) -> str:
     """The newest snapshot revision of a shard (an integer as text)."""
     return _key("snapshot-latest", shard)
+
+
+def snapshot_delta(shard: str, revision: int) -> str:
+    """What one revision of a shard's typed snapshot changed: msgpack SnapshotDelta (expires once a newer base
+    is stored)."""
+    return _key("snapshot-delta", shard, revision)
+
+
+def snapshot_base(shard: str, revision: int) -> str:
+    """The header of a shard's base snapshot at a revision: msgpack SnapshotBase."""
+    return _key("snapshot-base", shard, revision)
+
+
+def snapshot_base_part(shard: str, revision: int, part: int) -> str:
+    """One part of a base snapshot: msgpack Entries (a few MB at most, so Redis is never blocked long)."""
+    return _key("snapshot-base-part", shard, revision, part)
+
+
+def snapshot_base_latest(shard: str) -> str:
+    """The revision of a shard's newest base snapshot (an integer as text)."""
+    return _key("snapshot-base-latest", shard)
 
 
 def fair_share(shard: str) -> str:

@@ -102,7 +102,7 @@ async def direct(namespace: str, name: str) -> dict:
     """The explanation read straight from the apiserver and Redis (no api service)."""
     from shoal.adapters import kube as k
     from shoal.adapters import redis_keys
-    from shoal.adapters.snapshot_store import LatestValue
+    from shoal.adapters.latest_value import LatestValue
     from shoal.explain import explain
     from shoal.messages.plan import FairShareComputed
     from shoal.settings import KubeSettings

@@ -1,14 +1,17 @@
 """Cluster snapshots: what the snapshotter stores in Redis and announces on Kafka.
 
-A snapshot is the shard's Kubernetes objects as plain dicts (the shape of YAML manifests, trimmed
-to the fields the core reads) plus the decisions still in flight. It is the same input
-`shoal simulate` replays, so any published snapshot can be dumped and replayed offline.
+A shard's snapshot is typed: the core's own structs (`shoal.core.ingest.shard_model`), stored as a base (the
+whole model, in parts of a few MB) plus one delta per revision (what that revision added, replaced or
+removed). Every delta names the chain it continues (`chain`: the base it grew from), so a reader that kept the
+model of revision N applies deltas N+1… and never mixes two writers' histories. Decisions in flight are not
+in the snapshot: planners read them from their own Redis hash (`shoal.adapters.inflight`).
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from shoal.core.ingest.shard_model import Changes
 from shoal.messages.base import Message
 
 
@@ -23,12 +26,26 @@ class InFlightBind(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: float  # epoch seconds; a bind never confirmed stops counting after this
 
 
-class ClusterSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+class SnapshotBase(msgspec.Struct, frozen=True, kw_only=True):
+    """The header of a base: the whole model of `revision` is in `parts` msgpack Entries values."""
+
     shard: str
     revision: int
+    chain: str  # new for every base; the deltas that follow it carry the same value
     taken_at: str  # RFC3339
-    objects: tuple[dict, ...]
-    inflight: tuple[InFlightBind, ...] = ()
+    parts: int
+    require_podgroup: bool = False  # pending pods wait for their PodGroup (assemble's require_podgroup)
+
+
+class SnapshotDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """What `revision` changed in the model of `revision - 1` (of the same chain)."""
+
+    shard: str
+    revision: int
+    chain: str
+    taken_at: str
+    changes: Changes = Changes()
+    require_podgroup: bool = False
 
 
 class SnapshotPublished(Message, frozen=True, kw_only=True, tag="snapshot_published"):
