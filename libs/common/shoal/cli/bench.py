@@ -242,9 +242,13 @@ def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_cou
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (core cycle time on generated clusters)")
-    parser.add_argument("target", choices=["core", "reclaim", "e2e"],
+    parser.add_argument("target", choices=["core", "reclaim", "e2e", "snapshot"],
                         help="what to benchmark (reclaim: shoal.cli.bench_reclaim, sizes default 500,1000; "
-                             "e2e: the running stack from $SHOAL_KUBECONFIG…, Shoal vs kube-scheduler)")
+                             "e2e: the running stack from $SHOAL_KUBECONFIG…, Shoal vs kube-scheduler; "
+                             "snapshot: --files through the snapshotter's translation, Redis and Kafka to the "
+                             "planner service, no apiserver)")
+    parser.add_argument("--churn", type=int, default=10,
+                        help="snapshot: pods bound, pods gone and pods created between two cycles, each")
     parser.add_argument("--pods", type=int, default=1000,
                         help="e2e: backlog pods per phase (1000 or 5000 for the published table; any size works)")
     parser.add_argument("--nodes", type=int, default=0,
@@ -280,6 +284,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.target == "e2e":
         return _run_e2e(args)
+    if args.target == "snapshot":
+        return _run_snapshot(args)
     if args.target == "reclaim":  # core II: the reclaim benchmark lives in its own module
         from shoal.cli.bench_reclaim import run_reclaim
 
@@ -312,6 +318,31 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     sys.stdout.write(table(rows))
+    return 0
+
+
+def _run_snapshot(args: argparse.Namespace) -> int:
+    """--files through typed snapshots to the planner; on the running stack's Redis/Kafka when exported."""
+    import asyncio
+
+    from shoal.devstack import DevStackError, StackInfo
+    from shoal.devstack.benchsnapshot import run as run_snapshot
+    from shoal.devstack.benchsnapshot import table as snapshot_table
+
+    if not args.files:
+        print("shoal bench snapshot: --files is required (e.g. a ../shared/tools/gen_cluster.py cluster)",
+              file=sys.stderr)
+        return 2
+    try:
+        info = StackInfo.from_env()
+        results = [asyncio.run(run_snapshot([path], churn=max(1, args.churn), rounds=max(1, args.repeat),
+                                            redis_url=info.redis_url if info else "",
+                                            bootstrap=info.kafka_bootstrap if info else ""))
+                   for path in args.files]
+    except (DevStackError, ManifestError, OSError) as exc:
+        print(f"shoal bench snapshot: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(results, indent=2) if args.json else "\n".join(snapshot_table(r) for r in results))
     return 0
 
 

@@ -4,7 +4,8 @@ Everything is plain data in integer units (millicores, bytes, MiB, milli-GPU, wh
 `now` and `revision` are data too. Build a snapshot with `make_snapshot(...)`, which sorts every
 collection by id so the same cluster always gives the same snapshot, whatever the input order.
 
-Schema evolution: fields are only ever added, with defaults; nothing is renamed.
+Schema evolution: fields are only ever added, with defaults; nothing is renamed. Fields equal to their
+default are left out of encoded values (typed snapshots in Redis are half the size).
 """
 
 from __future__ import annotations
@@ -35,32 +36,32 @@ NON_PREEMPTIBLE_PRIORITY = 100
 ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
 
 
-class Taint(msgspec.Struct, frozen=True, kw_only=True):
+class Taint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     key: str
     value: str = ""
     effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
 
 
-class Toleration(msgspec.Struct, frozen=True, kw_only=True):
+class Toleration(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     key: str = ""  # empty key + operator Exists tolerates everything
     operator: str = "Equal"  # Equal | Exists
     value: str = ""
     effect: str = ""  # empty matches every effect
 
 
-class NodeSelectorRequirement(msgspec.Struct, frozen=True, kw_only=True):
+class NodeSelectorRequirement(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     key: str
     operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
     values: tuple[str, ...] = ()
 
 
-class NodeSelectorTerm(msgspec.Struct, frozen=True, kw_only=True):
+class NodeSelectorTerm(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """All requirements of one term must hold (AND); a pod's terms are ORed."""
 
     match_expressions: tuple[NodeSelectorRequirement, ...] = ()
 
 
-class Node(msgspec.Struct, frozen=True, kw_only=True):
+class Node(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     pool: str = ""
     labels: dict[str, str] = {}
@@ -75,7 +76,7 @@ class Node(msgspec.Struct, frozen=True, kw_only=True):
     mig_enabled: bool = False
 
 
-class FractionRequest(msgspec.Struct, frozen=True, kw_only=True):
+class FractionRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A shared-GPU request: exactly one of portion_milli / gpu_memory_mib is set."""
 
     portion_milli: int | None = None  # gpu-fraction "0.5" -> 500 (0 < p < 1000)
@@ -83,7 +84,7 @@ class FractionRequest(msgspec.Struct, frozen=True, kw_only=True):
     num_devices: int = 1
 
 
-class Pod(msgspec.Struct, frozen=True, kw_only=True):
+class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     uid: str
     namespace: str
     name: str
@@ -116,7 +117,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.namespace}/{self.name}"
 
 
-class SubGroup(msgspec.Struct, frozen=True, kw_only=True):
+class SubGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     parent: str | None = None  # None = child of the PodGroup's root
     min_member: int | None = None  # leaves
@@ -126,7 +127,7 @@ class SubGroup(msgspec.Struct, frozen=True, kw_only=True):
     preferred_level: str | None = None
 
 
-class PodGroup(msgspec.Struct, frozen=True, kw_only=True):
+class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     namespace: str
     name: str
     uid: str = ""
@@ -157,7 +158,7 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.namespace}/{self.name}"
 
 
-class QueueResource(msgspec.Struct, frozen=True, kw_only=True):
+class QueueResource(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Units: gpu in milli-GPU, cpu in millicores, memory in bytes. -1 = unlimited.
 
     `limit=None` means the limit was omitted: Shoal reads it as limit = quota (SPEC §2.1).
@@ -172,7 +173,7 @@ class QueueResource(msgspec.Struct, frozen=True, kw_only=True):
         return self.quota if self.limit is None else self.limit
 
 
-class Queue(msgspec.Struct, frozen=True, kw_only=True):
+class Queue(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     parent: str | None = None
     display_name: str = ""
@@ -189,7 +190,7 @@ class Queue(msgspec.Struct, frozen=True, kw_only=True):
         return self.display_name or self.name
 
 
-class PriorityClass(msgspec.Struct, frozen=True, kw_only=True):
+class PriorityClass(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     value: int
     global_default: bool = False
@@ -224,7 +225,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     reclaimer_saturation_multiplier: float = 1.0  # KAI relcaimerSaturationMultiplier; < 1 reads as 1
 
 
-class Topology(msgspec.Struct, frozen=True, kw_only=True):
+class Topology(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A Topology CR (kai.scheduler/v1alpha1): node-label levels, top to bottom (core II, topology.py)."""
 
     name: str
