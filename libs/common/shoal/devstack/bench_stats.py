@@ -82,7 +82,8 @@ SHORT = {"startup_s": "start s", "first_bound_s": "1st s", "last_bound_s": "last
 
 
 def table(result: dict[str, Any]) -> str:
-    """The medians as text: one block per phase kind, then CPU seconds per component and the load average."""
+    """The medians as text: one block per phase kind (with the median 1-minute load average before each phase),
+    then CPU seconds per component and the load average over the run."""
     rows = result["summary"]
     out = [f"shoal bench e2e: {result['pods']} pods backlog, rates {result['rates']} pods/s for "
            f"{result['duration_s']} s, {result['repeat']} repetition(s), medians"]
@@ -91,10 +92,10 @@ def table(result: dict[str, Any]) -> str:
         if not members:
             continue
         out.append("")
-        out.append(f"{kind:<26}{'rate':>6}" + "".join(f"{SHORT.get(c, c):>15}" for c in columns))
+        out.append(f"{kind:<26}{'rate':>6}" + "".join(f"{SHORT.get(c, c):>15}" for c in columns) + f"{'load':>7}")
         for r in members:
             cells = "".join(f"{r['figures'].get(c, ''):>15}" for c in columns)
-            out.append(f"{r['scheduler']:<26}{(r['rate'] or ''):>6}{cells}")
+            out.append(f"{r['scheduler']:<26}{(r['rate'] or ''):>6}{cells}{r['load_average']:>7}")
     out.append("")
     for r in rows:
         if r["cpu_s"]:
