@@ -116,9 +116,14 @@ class Snapshotter:
                 self.dirty.set()
 
     def _until_heartbeat(self) -> float:
-        if not self.announced:
+        """Seconds until the shard announced longest ago is due again (shards no longer active do not count)."""
+        active = self.shards.active()
+        for shard in set(self.announced) - set(active):
+            del self.announced[shard]
+        last = min((self.announced.get(shard, float("-inf")) for shard in active), default=None)
+        if last is None:
             return self.heartbeat_s
-        return max(0.0, min(self.announced.values()) + self.heartbeat_s - time.monotonic())
+        return max(0.0, last + self.heartbeat_s - time.monotonic())
 
     async def _settle(self) -> None:
         """Wait while events keep coming, `debounce_s` apart at most, but no longer than `max_delay_s`."""

@@ -178,3 +178,13 @@ async def test_a_kafka_outage_does_not_end_the_snapshot_loop() -> None:
     assert not loop.done(), "the loop ended on a transient publish failure"
     loop.cancel()
     assert calls >= 2
+
+
+async def test_a_shard_that_is_gone_does_not_make_the_loop_spin() -> None:
+    """A shard announced once whose nodes are gone is never due again: the wait is the heartbeat, not 0."""
+    journal = Journal()
+    snap, _ = snapshotter(journal)
+    await snap.publish_all()
+    snap.announced["gone-pool"] = time.monotonic() - 3600  # announced long ago, no node now
+    assert snap._until_heartbeat() > snap.heartbeat_s - 1
+    assert "gone-pool" not in snap.announced
