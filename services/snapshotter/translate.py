@@ -1,8 +1,9 @@
 """Watched objects → one typed ShardModel per shard, kept up to date object by object (pure).
 
 Shard = node pool: nodes labelled `kai.scheduler/node-pool=<shard>` (nodes without the label belong to the
-`default` shard); pending pods of Shoal's scheduler name and PodGroups by the same label; a bound pod belongs
-to its node's shard (pods of other schedulers count there too: they use its resources); queues, priority
+`default` shard); PodGroups by the same label; a pending pod of Shoal's scheduler name goes where the PodGroup
+it names is (as in KAI, where the PodGroup's node pool decides), by its own label while that does not exist;
+a bound pod belongs to its node's shard (pods of other schedulers count there too: they use its resources); queues, priority
 classes, topologies and PDBs are cluster-wide and go to every shard. Finished pods (Succeeded, Failed) are
 left out. Each change is translated once (`shoal.core.ingest.shard_model.entry_of`) and recorded as the shard's
 pending Changes only when the entry differs from the one kept, so a status heartbeat that changes nothing the
@@ -42,6 +43,10 @@ FINISHED = ("Succeeded", "Failed")
 def shard_of(obj: Mapping) -> str:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return labels.get(POOL_LABEL) or DEFAULT_SHARD
+
+
+def _group_key(entry: PodEntry) -> str:
+    return f"{entry.pod.namespace}/{entry.pod.pod_group}"
 
 
 def object_key(obj: Mapping) -> str:
@@ -90,7 +95,9 @@ class Shards:
         self._pods: dict[str, PodEntry] = {}  # uid → entry, every pod not finished
         self._pod_home: dict[str, str] = {}  # uid → the shard it is kept in
         self._on_node: dict[str, set[str]] = {}  # node name → uids of the pods bound there
-        self._group_home: dict[str, str] = {}  # ns/name → shard
+        self._group_home: dict[str, str] = {}  # ns/name → shard, accepted shards only
+        self._group_shard: dict[str, str] = {}  # ns/name → the pool label of every PodGroup
+        self._naming: dict[str, set[str]] = {}  # ns/name of a PodGroup → uids of the pods that name it
         self._class_names = self._names()
         self.pending_pods: dict[str, int] = {}  # shard → pods without a node, kept as entries change
 
@@ -159,15 +166,20 @@ class Shards:
         old = self._pods.get(uid)
         if old is not None and old.pod.node_name != entry.pod.node_name:
             self._unbind(uid, old.pod.node_name)
+        if old is not None and old.named and not entry.named:
+            self._unname(uid, old)
         self._pods[uid] = entry
         if entry.pod.node_name:
             self._on_node.setdefault(entry.pod.node_name, set()).add(uid)
+        if entry.named:
+            self._naming.setdefault(_group_key(entry), set()).add(uid)
         self._rehome(uid)
 
     def _pod_gone(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
         if old is not None:
             self._unbind(uid, old.pod.node_name)
+            self._unname(uid, old)
         home = self._pod_home.pop(uid, None)
         if home is not None:
             self._drop(home, "pods", uid)
@@ -178,13 +190,21 @@ class Shards:
             if not self._on_node[node]:
                 del self._on_node[node]
 
+    def _unname(self, uid: str, entry: PodEntry) -> None:
+        key = _group_key(entry)
+        if key in self._naming:
+            self._naming[key].discard(uid)
+            if not self._naming[key]:
+                del self._naming[key]
+
     def _rehome(self, uid: str) -> None:
         entry = self._pods[uid]
         pod = entry.pod
         if pod.node_name:
             home = self._node_shard.get(pod.node_name)
         elif entry.scheduler == self.scheduler_name:
-            home = pod.labels.get(POOL_LABEL) or DEFAULT_SHARD
+            home = (self._group_shard.get(_group_key(entry)) if entry.named else None) \
+                or pod.labels.get(POOL_LABEL) or DEFAULT_SHARD
         else:
             home = None
         if home is not None and not self._accept(home):
@@ -220,6 +240,14 @@ class Shards:
         if shard is not None and self._accept(shard):
             self._group_home[key] = shard
             self._put(shard, "pod_groups", key, item)
+        moved = self._group_shard.get(key) != shard
+        if shard is None:
+            self._group_shard.pop(key, None)
+        else:
+            self._group_shard[key] = shard
+        if moved:
+            for uid in sorted(self._naming.get(key, ())):
+                self._rehome(uid)
 
     def _cluster_wide(self, name: str, key: str, item: object) -> None:
         store: dict = getattr(self._cluster, name)

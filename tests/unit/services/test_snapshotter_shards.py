@@ -17,11 +17,12 @@ from services.snapshotter.translate import Shards
 from shoal.core.ingest import snapshot_from_objects
 from shoal.core.ingest.shard_model import ShardModel, assemble
 from shoal.messages.snapshot import InFlightBind
-from tests.unit.services.raw_snapshot import overlay_inflight, shard_objects, shard_of
+from tests.unit.services.raw_snapshot import overlay_inflight, shard_objects, shard_of, trim
 
 NOW = "2026-01-01T00:00:00Z"
 SCHED = "shoal-scheduler"
 POOLS = ("a", "b", None)
+POOL = "kai.scheduler/node-pool"
 
 
 def node(i: int, pool: str | None) -> dict:
@@ -109,10 +110,23 @@ def _key(obj: dict) -> tuple[str, str, str]:
 
 
 def _old(objects: list[dict], shard: str, inflight: list[InFlightBind], require: bool, config: dict | None):
-    # one difference on purpose: a pending pod waits for its PodGroup in its own shard (a PodGroup of another
-    # node pool let it in before, and the snapshot then gave it a minMember-1 group of its own)
-    objects = [o for o in objects if o["kind"] != "PodGroup" or shard_of(o) == shard]
-    raw = shard_objects(objects, shard, SCHED, require_podgroup=require)
+    # one difference on purpose: a pending pod goes to the shard of the PodGroup it names, as in KAI (its own
+    # label put it elsewhere before, and the snapshot there gave it a minMember-1 group of its own)
+    pools = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"]["labels"].get(POOL)
+             for o in objects if o["kind"] == "PodGroup"}
+    moved = []
+    for obj in objects:
+        named = (obj["metadata"].get("annotations") or {}).get("pod-group-name")
+        key = (obj["metadata"].get("namespace"), named)
+        if obj["kind"] == "Pod" and not obj["spec"].get("nodeName") and named and key in pools:
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["labels"].pop(POOL, None)
+            if pools[key]:
+                obj["metadata"]["labels"][POOL] = pools[key]
+        moved.append(obj)
+    originals = {_key(o): o for o in objects}
+    objects = [o for o in moved if o["kind"] != "PodGroup" or shard_of(o) == shard]
+    raw = [trim(originals[_key(o)]) for o in shard_objects(objects, shard, SCHED, require_podgroup=require)]
     return snapshot_from_objects(overlay_inflight(raw, inflight, 0.0), now=NOW, revision=7, config_doc=config)
 
 

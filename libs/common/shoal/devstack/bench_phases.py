@@ -145,7 +145,7 @@ async def create_groups(bench: Bench, arena: Arena, plans: list[PodPlan]) -> Non
     """One PodGroup (minMember = its size) per gang of `plans`."""
     ns = arena.namespace
     await gather_bounded(CREATE_PARALLEL, [
-        _creator(bench.kube, k.PODGROUPS, podgroup_manifest(ns, p.group or "", p.group_size, ns), ns)
+        _creator(bench.kube, k.PODGROUPS, podgroup_manifest(ns, p.group or "", p.group_size, ns, arena.pool), ns)
         for p in plans if p.first_of_group])
 
 

@@ -89,9 +89,11 @@ def pod_manifest(plan: PodPlan, namespace: str, pool: str, flavour: Flavour) -> 
                      "nodeSelector": {POOL_LABEL: pool}, "containers": [container]}}
 
 
-def podgroup_manifest(namespace: str, name: str, min_member: int, queue: str) -> dict:
+def podgroup_manifest(namespace: str, name: str, min_member: int, queue: str, pool: str = "") -> dict:
+    """A gang's PodGroup; `pool`: its node pool (a PodGroup's own label decides its pool, as in KAI)."""
+    labels = {POOL_LABEL: pool} if pool else {}
     return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {"minMember": min_member, "queue": queue, "priorityClassName": "train"}}
 
 
