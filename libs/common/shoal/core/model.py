@@ -10,6 +10,8 @@ default are left out of encoded values (typed snapshots in Redis are half the si
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import msgspec
 
 # ---- well-known keys and values -------------------------------------------------------------------
@@ -259,16 +261,21 @@ def make_snapshot(
 ) -> Snapshot:
     """Build a Snapshot with every collection sorted by its id (input order never matters)."""
     return Snapshot(
-        nodes=tuple(sorted(nodes, key=lambda n: n.name)),
-        pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name, p.uid))),
-        pod_groups=tuple(sorted(pod_groups, key=lambda g: (g.namespace, g.name))),
-        queues=tuple(sorted(queues, key=lambda q: q.name)),
-        priority_classes=tuple(sorted(priority_classes, key=lambda c: c.name)),
+        nodes=tuple(sorted(nodes, key=_BY_NAME)),
+        pods=tuple(sorted(pods, key=_POD_ORDER)),
+        pod_groups=tuple(sorted(pod_groups, key=_GROUP_ORDER)),
+        queues=tuple(sorted(queues, key=_BY_NAME)),
+        priority_classes=tuple(sorted(priority_classes, key=_BY_NAME)),
         config=config if config is not None else ShardConfig(),
         now=now,
         revision=revision,
-        topologies=tuple(sorted(topologies, key=lambda t: t.name)),
+        topologies=tuple(sorted(topologies, key=_BY_NAME)),
     )
+
+
+_BY_NAME = attrgetter("name")
+_POD_ORDER = attrgetter("namespace", "name", "uid")
+_GROUP_ORDER = attrgetter("namespace", "name")
 
 
 def resolve_priority(group: PodGroup, classes: dict[str, PriorityClass], default: int | None = None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from functools import partial
+from functools import lru_cache, partial
 from itertools import compress, groupby
 from operator import attrgetter, is_
 
@@ -40,6 +40,11 @@ def epoch_of(value: str | int | float) -> float:
         return float(value)
     if not value:
         return 0.0
+    return _epoch_of_text(value)
+
+
+@lru_cache(maxsize=1 << 16)
+def _epoch_of_text(value: str) -> float:  # creation times repeat across cycles: parse each once
     text = value[:-1] + "+00:00" if value.endswith("Z") else value
     return datetime.fromisoformat(text).timestamp()
 

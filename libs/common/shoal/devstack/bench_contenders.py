@@ -46,6 +46,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The peak resident set size of a live process in MiB (VmHWM; 0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
 def stack_pids(state_dir: str) -> dict[str, int]:
     """The stack's own servers (apiserver, etcd, …) when their pid files can be read, to report their CPU."""
     if not state_dir:
@@ -64,6 +76,9 @@ class Running:
 
     def cpu_seconds(self) -> dict[str, float]:
         return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def peak_rss_mb(self) -> dict[str, float]:
+        return {name: peak_rss_mb(pid) for name, pid in self.pids.items()}
 
     def alive(self) -> list[str]:
         """The processes of this scheduler still running (none, after `stop`)."""

@@ -192,7 +192,9 @@ class Meter:
         after = self._sample()
         after["bench-watcher"] = contenders.cpu_seconds(watcher_pid)
         cpu = {name: round(value - self.before.get(name, 0.0), 2) for name, value in after.items()}
-        return {"cpu_s": cpu, "load_before": self.load_before, "load_after": [round(x, 2) for x in os.getloadavg()]}
+        rss = self.running.peak_rss_mb() if self.running is not None else {}
+        return {"cpu_s": cpu, "peak_rss_mb": rss, "load_before": self.load_before,
+                "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _record(kind: str, scheduler: str, arena: Arena, plans: list[PodPlan], bound: dict[str, float],

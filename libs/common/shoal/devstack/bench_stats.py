@@ -65,6 +65,8 @@ def summarise(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "load_average": round(median([m["load_before"][0] for m in members]), 2),
             "cpu_s": {c: round(median([(m.get("cpu_s") or {}).get(c, 0.0) for m in members]), 2)
                       for c in components},
+            "peak_rss_mb": {c: max((m.get("peak_rss_mb") or {}).get(c, 0.0) for m in members)
+                            for c in sorted({n for m in members for n in m.get("peak_rss_mb") or {}})},
         })
     return rows
 
@@ -101,5 +103,8 @@ def table(result: dict[str, Any]) -> str:
         if r["cpu_s"]:
             cpu = ", ".join(f"{c}={v}" for c, v in r["cpu_s"].items())
             out.append(f"cpu s {r['kind']} {r['scheduler']}{' @' + str(r['rate']) if r['rate'] else ''}: {cpu}")
+        if r.get("peak_rss_mb"):
+            rss = ", ".join(f"{c}={v}" for c, v in r["peak_rss_mb"].items())
+            out.append(f"peak RSS MiB {r['kind']} {r['scheduler']}{' @' + str(r['rate']) if r['rate'] else ''}: {rss}")
     out.append(f"load average: {result['load_average']['before']} before, {result['load_average']['after']} after")
     return "\n".join(out) + "\n"
