@@ -306,9 +306,11 @@ class Binder:
             self._evictions.labels(op.action, "gone").inc()
             return
         except TransientError as exc:
-            # 429 from the Eviction API: a PodDisruptionBudget blocks it; the next cycle searches again
+            # 429 from the Eviction API: a PodDisruptionBudget blocks it; the victim no longer counts as
+            # releasing, and the next cycle searches again
             self._evictions.labels(op.action, "blocked").inc()
             log.warning("eviction_blocked", pod=op.pod, action=op.action, error=str(exc))
+            await self.inflight.remove(plan.shard, [op.pod_uid])
             return
         self._evictions.labels(op.action, "evicted").inc()
         by_ns, by_name = ko.split(op.by)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from services.planner.translate import decisions, inflight_binds, inflight_entries
+from services.planner.translate import decisions, inflight_binds, inflight_entries, inflight_evictions
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
@@ -71,9 +71,10 @@ class Planner:
         if latest is None or latest.revision <= self.last_planned.get(shard, -1):
             return
         usage = await self.history.usage(shard, now_s=epoch_seconds(latest.taken_at)) if self.history else {}
+        now_s = time.time()
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
-                          config_doc=with_usage(self.config_doc, usage),
-                          inflight=inflight_binds(inflight, time.time()), require_podgroup=latest.require_podgroup)
+                          config_doc=with_usage(self.config_doc, usage), inflight=inflight_binds(inflight, now_s),
+                          evicting=inflight_evictions(inflight, now_s), require_podgroup=latest.require_podgroup)
         for problem in result.problems:
             self._problems.labels(shard).inc()
             log.warning("scheduler_config_problem", shard=shard, field=problem.field, problem=problem.message)

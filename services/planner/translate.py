@@ -13,15 +13,22 @@ def inflight_binds(inflight: Iterable[InFlightBind], now_s: float) -> dict[str, 
     """Unexpired in-flight binds as `assemble` takes them: pod uid and "ns/name" → (node, GPU groups)."""
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
     for entry in inflight:
-        if entry.expires_at > now_s:
+        if entry.expires_at > now_s and not entry.eviction:
             out[entry.pod] = out[entry.pod_uid] = (entry.node, entry.gpu_groups)
     return out
 
 
+def inflight_evictions(inflight: Iterable[InFlightBind], now_s: float) -> set[str]:
+    """Unexpired in-flight evictions as `assemble` takes them: the victims' uids and "ns/name"s."""
+    return {key for e in inflight if e.eviction and e.expires_at > now_s for key in (e.pod_uid, e.pod)}
+
+
 def inflight_entries(plan: Plan, *, now_s: float, ttl_s: float) -> list[InFlightBind]:
-    return [InFlightBind(pod=op.pod, pod_uid=op.pod_uid, node=op.node, gpu_groups=op.gpu_groups,
-                         plan_id=plan.plan_id, expires_at=now_s + ttl_s)
-            for op in plan.ops if isinstance(op, Bind)]
+    """What the plan puts in flight: its binds and its evictions (a victim is releasing until seen deleting)."""
+    return [InFlightBind(pod=op.pod, pod_uid=op.pod_uid, node=op.node,
+                         gpu_groups=op.gpu_groups if isinstance(op, Bind) else (), plan_id=plan.plan_id,
+                         expires_at=now_s + ttl_s, eviction=isinstance(op, Evict))
+            for op in plan.ops if isinstance(op, Bind | Evict)]
 
 
 def decisions(plan: Plan, shard: str) -> list[Decision]:

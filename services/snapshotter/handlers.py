@@ -36,11 +36,16 @@ log = get_logger("services.snapshotter")
 
 
 def settled(entry: InFlightBind, pods_by_uid, now_s: float) -> bool:  # type: ignore[no-untyped-def]
-    """True when an in-flight bind no longer needs to count: the pod is bound, gone, or the entry expired."""
+    """True when an in-flight decision no longer needs to count: the entry expired, the pod is gone, or it is
+    bound (a bind) or deleting (an eviction)."""
     if entry.expires_at <= now_s:
         return True
     pod = pods_by_uid.get(entry.pod_uid)
-    return pod is None or bool((pod.get("spec") or {}).get("nodeName"))
+    if pod is None:
+        return True
+    if entry.eviction:
+        return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return bool((pod.get("spec") or {}).get("nodeName"))
 
 
 def now_text() -> str:

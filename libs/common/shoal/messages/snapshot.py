@@ -16,14 +16,17 @@ from shoal.messages.base import Message
 
 
 class InFlightBind(msgspec.Struct, frozen=True, kw_only=True):
-    """A bind the planner decided that the cluster does not show yet; counts as allocated."""
+    """A decision the planner made that the cluster does not show yet: a bind (counts as allocated on `node`)
+    or, with `eviction`, an eviction (the victim counts as releasing: the next cycle does not evict again
+    for the same need)."""
 
     pod: str  # ns/name
     pod_uid: str
     node: str
     gpu_groups: tuple[str, ...] = ()
     plan_id: str
-    expires_at: float  # epoch seconds; a bind never confirmed stops counting after this
+    expires_at: float  # epoch seconds; a decision never confirmed stops counting after this
+    eviction: bool = False
 
 
 class SnapshotBase(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,7 +12,7 @@ for the same objects (tests/unit/core/test_shard_model.py checks it on generated
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -196,9 +196,10 @@ def placed(pod: Pod, node: str, gpu_groups: tuple[str, ...]) -> Pod:
 
 def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapping | None = None,
              inflight: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
-             require_podgroup: bool = False) -> IngestResult:
+             evicting: Collection[str] = (), require_podgroup: bool = False) -> IngestResult:
     """The core Snapshot of the model. `inflight`: pod uid or "ns/name" → (node, GPU groups) of binds in
-    flight; `require_podgroup`: a pending pod waits until the PodGroup it names exists (the services)."""
+    flight; `evicting`: uids or "ns/name"s of pods whose eviction is in flight (they count as releasing);
+    `require_podgroup`: a pending pod waits until the PodGroup it names exists (the services)."""
     problems: list[Problem] = []
     try:
         shard, settings = config_from(config_doc)
@@ -231,6 +232,8 @@ def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapp
             bind = inflight.get(pod.uid) or inflight.get(pod.key)
             if bind is not None:
                 pod = placed(pod, *bind)
+        elif evicting and not pod.deleting and (pod.uid in evicting or pod.key in evicting):
+            pod = msgspec.structs.replace(pod, deleting=True)
         pods.append(pod)
 
     blocked = blocked_pod_keys(model.pdbs.values(), ((p.key, p.namespace, p.labels) for p in pods if p.node_name))
