@@ -32,7 +32,7 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     group_id: str = "shoal-binder"
     reservation_sync_s: float = 10.0  # how often idle reservation pods are looked for
     reservation_grace_s: float = 30.0  # a reservation pod younger than this is never released
-    parallel: int = 16  # API calls in flight per plan phase (binds, evictions, status writes)
+    parallel: int = 64  # API calls in flight per plan phase (binds, evictions, status writes)
 
 
 BINDER = web.AppKey("binder", Binder)

@@ -67,7 +67,7 @@ class Binder:
     eviction_mode: str = "evict"  # evict (Eviction API, PDBs respected) | delete (KAI's behaviour)
     event_dedupe_s: float = 60.0
     reservation_grace_s: float = 30.0
-    parallel: int = 16  # API calls in flight per plan phase
+    parallel: int = 64  # API calls in flight per plan phase
     _events: dict[tuple, float] = field(default_factory=dict)
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet

@@ -23,6 +23,7 @@ from shoal.settings import ServiceSettings
 
 class FairShareSettings(ServiceSettings, frozen=True, kw_only=True):
     group_id: str = "shoal-fairshare"
+    min_interval_s: float = 1.0  # a shard's figures at most this often
     usage: UsageSettings = UsageSettings()
 
 
@@ -41,7 +42,7 @@ def build(settings: FairShareSettings) -> web.Application:
                                 bus=bus, metrics=metrics, topic_prefix=prefix,
                                 history=UsageHistory(redis, refresh_s=settings.usage.refresh_s)
                                 if settings.usage.enabled else None,
-                                usage_params=settings.usage.params(),
+                                usage_params=settings.usage.params(), min_interval_s=settings.min_interval_s,
                                 usage_source=usage_source(redis, settings.usage)
                                 if settings.usage.source != "redis" else None)
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,

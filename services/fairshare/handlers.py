@@ -1,12 +1,16 @@
 """Snapshot announcement → per-queue deserved / fair share / allocated per resource, on Kafka and in Redis.
 
-Each snapshot is also one sample of the shard's allocation history (time-based fair share, SPEC §2.7): the
-figures are computed with the usage recorded so far (as the planner does), then what every queue holds now is
-added to the history (`shoal.adapters.usage_history`).
+The published view does not need every revision: a shard's figures are computed at most once per
+`min_interval_s` (SHOAL_MIN_INTERVAL_S, default 1 s), from the newest revision then. Each computation is also
+one sample of the shard's allocation history (time-based fair share, SPEC §2.7): the figures are computed with
+the usage recorded so far (as the planner does), then what every queue holds now is added to the history
+(`shoal.adapters.usage_history`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 
 from shoal.adapters.kafka import Delivery, Publisher
@@ -40,7 +44,9 @@ class FairShare:
     history: UsageHistory | None = None  # where samples are recorded; None: no time-based fair share
     usage_params: UsageParams = UsageParams()
     usage_source: UsageSource | None = None  # where usage is read (Prometheus); None: `history`
+    min_interval_s: float = 1.0  # at most one computation per shard this often (cycles come every few ms)
     last: dict[str, int] = field(default_factory=dict)
+    last_at: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._share = self.metrics.gauge("queue_fair_share", "Fair share per queue and resource "
@@ -58,6 +64,10 @@ class FairShare:
         shard = message.shard
         if message.revision <= self.last.get(shard, -1):
             return
+        wait = self.last_at.get(shard, float("-inf")) + self.min_interval_s - time.monotonic()
+        if wait > 0:  # the announcements that arrive meanwhile are planned already: compute the newest once
+            await asyncio.sleep(wait)
+        self.last_at[shard] = time.monotonic()
         latest = await self.snapshots.read(shard)
         if latest is None or latest.revision <= self.last.get(shard, -1):
             return

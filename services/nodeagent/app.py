@@ -300,6 +300,8 @@ class NodeAgentApp:
 
     # ----- loop and HTTP -------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
+        """A full tick every `sample_period_s`; in between, a node that got a reservation pod without its GPU
+        is served at once (a binder waits on it), so shared-GPU binds do not wait for the next tick."""
         loop = asyncio.get_running_loop()
         while not stop.is_set():
             started = loop.time()
@@ -308,8 +310,25 @@ class NodeAgentApp:
             except (TimeoutError, ApiException, OSError) as exc:
                 self.ticks.labels(outcome="error").inc()
                 log.warning("tick_failed", error=str(exc))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, self.settings.sample_period_s - (loop.time() - started)))
+            while not stop.is_set() and (left := self.settings.sample_period_s - (loop.time() - started)) > 0:
+                if self.cache is None:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stop.wait(), left)
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.cache.wake.wait(), left)
+                await self.serve_waiting(loop.time())
+
+    async def serve_waiting(self, now: float) -> None:
+        """Tick the nodes whose reservation pods wait for a GPU (see `ClusterCache.waiting`)."""
+        assert self.cache is not None
+        self.cache.wake.clear()
+        names, self.cache.waiting = self.cache.waiting, set()
+        for node in [n for n in await self.nodes() if n.name in names]:
+            try:
+                await self.tick_node(node, now)
+            except (TimeoutError, ApiException, OSError) as exc:
+                log.warning("node_tick_failed", node=node.name, error=str(exc))
 
     def close(self) -> None:
         for task in self.telemetry_sends.values():

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from services.nodeagent.binding import RESERVE_ANNOTATION
 from services.nodeagent.config import NodeAgentSettings
 from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
 from shoal.adapters.kube import NODES, PODS, Kube, Resource
@@ -50,6 +51,9 @@ class ClusterCache:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.by_node: dict[str, set[str]] = {}
+        self.reservation_namespace = settings.reservation_namespace
+        self.waiting: set[str] = set()  # nodes with a reservation pod that has no GPU yet: serve them now
+        self.wake = asyncio.Event()
         self.synced = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
 
     @property
@@ -69,6 +73,11 @@ class ClusterCache:
             self.by_node.get(_node_of(old), set()).discard(uid)
         self.pods[uid] = obj
         self.by_node.setdefault(_node_of(obj), set()).add(uid)
+        meta = obj.get("metadata") or {}
+        if meta.get("namespace") == self.reservation_namespace and _node_of(obj) \
+                and RESERVE_ANNOTATION not in (meta.get("annotations") or {}):
+            self.waiting.add(_node_of(obj))  # a binder waits for this pod's GPU: do not wait for the tick
+            self.wake.set()
 
     def drop_pod(self, obj: dict[str, Any]) -> None:
         old = self.pods.pop(_uid(obj), None)

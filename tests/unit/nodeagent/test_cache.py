@@ -31,3 +31,19 @@ def test_index_by_node_and_newer_wins():
     cache.put_node({"metadata": {"name": "n1", "resourceVersion": "3", "labels": {"x": "1"}}})
     cache.put_node({"metadata": {"name": "n1", "resourceVersion": "2", "labels": {}}})
     assert cache.node_views()[0].labels == {"x": "1"}
+
+
+async def test_a_reservation_pod_without_its_gpu_wakes_the_agent_for_its_node():
+    cache = ClusterCache(None, NodeAgentSettings(all_fake_nodes=True, backend="fake"))
+    cache.put_pod(pod("a", "n1", 1))  # an ordinary pod: nothing waits on it
+    assert not cache.wake.is_set() and cache.waiting == set()
+    reservation = pod("r", "n2", 2)
+    reservation["metadata"]["namespace"] = cache.reservation_namespace
+    cache.put_pod(reservation)  # a binder waits for its GPU: served before the next tick
+    assert cache.wake.is_set() and cache.waiting == {"n2"}
+    cache.wake.clear()
+    cache.waiting.clear()
+    done = pod("r", "n2", 3, {"run.ai/reserve_for_gpu_index": "GPU-1"})
+    done["metadata"]["namespace"] = cache.reservation_namespace
+    cache.put_pod(done)
+    assert not cache.wake.is_set() and cache.waiting == set()
