@@ -24,6 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
+from shoal.adapters import redis_keys
 from shoal.adapters.kafka import Consumer, Delivery, Publisher, ensure_topics
 from shoal.adapters.redis_client import connect_redis
 from shoal.adapters.shard_snapshots import SnapshotWriter
@@ -121,10 +122,15 @@ async def run(files: list[str], *, churn: int = 10, rounds: int = 5, redis_url: 
     kafka = KafkaSettings(bootstrap=bootstrap)
     redis = connect_redis(RedisSettings(url=redis_url))
     plans: dict[int, float] = {}
+    ops: dict[int, dict[str, int]] = {}  # revision → plan operations by kind
     arrived = asyncio.Event()
 
     async def on_plan(plan: PlanIssued, delivery: Delivery) -> None:
         plans.setdefault(plan.revision, time.perf_counter())
+        counts: dict[str, int] = {}
+        for op in plan.ops:
+            counts[type(op).__name__] = counts.get(type(op).__name__, 0) + 1
+        ops.setdefault(plan.revision, counts)
         arrived.set()
 
     announced = topics.SNAPSHOTS.full(prefix)
@@ -141,15 +147,17 @@ async def run(files: list[str], *, churn: int = 10, rounds: int = 5, redis_url: 
         shard = shards.active()[0]
         shards.take(shard)
         writer = SnapshotWriter(redis)
+        revision = (await writer.latest_revision(shard) or 0) + 1  # a shared Redis may hold earlier runs
+        await redis.delete(redis_keys.inflight(shard))  # and their binds in flight (same pod uids)
         began = time.perf_counter()
-        stored = await writer.publish_base(shard, 1, shards.model(shard).entries(), taken_at="2026-01-01T00:00:00Z",
-                                           require_podgroup=True)
+        stored = await writer.publish_base(shard, revision, shards.model(shard).entries(),
+                                           taken_at="2026-01-01T00:00:00Z", require_podgroup=True)
         if stored is None:
             raise DevStackError("the base was not stored (a newer revision exists)")
         chain, base_bytes = stored
         base_write_s = time.perf_counter() - began
         env = {**os.environ, "SHOAL_KAFKA_BOOTSTRAP": bootstrap, "SHOAL_REDIS_URL": redis_url,
-               "SHOAL_TOPIC_PREFIX": prefix, "SHOAL_LOG_LEVEL": "WARNING"}
+               "SHOAL_TOPIC_PREFIX": prefix}
         spec: ProcessSpec = service_spec("planner", env)
         pid = launch(state, spec, tie_to_parent=True)
         started.append(spec.name)
@@ -177,8 +185,7 @@ async def run(files: list[str], *, churn: int = 10, rounds: int = 5, redis_url: 
                     arrived.clear()
                 return plans[revision] - sent, cpu_seconds(pid) - cpu_before
 
-            first_s, first_cpu = await cycle(1)
-            revision = 1
+            first_s, first_cpu = await cycle(revision)
             for serial in range(rounds):
                 events = churn_round(objects, nodes, churn, serial)
                 cpu = time.process_time()
@@ -200,7 +207,9 @@ async def run(files: list[str], *, churn: int = 10, rounds: int = 5, redis_url: 
                     raise DevStackError(f"delta {revision} was not stored")
                 seconds, planner_cpu = await cycle(revision)
                 rows.append({"revision": revision, "events": len(events), "translate_us_per_event": per_event_us,
-                             "delta_bytes": delta_bytes, "announce_to_plan_s": seconds, "planner_cpu_s": planner_cpu})
+                             "delta_bytes": delta_bytes, "announce_to_plan_s": seconds, "planner_cpu_s": planner_cpu,
+                             "plan_ops": ops.get(revision, {})})
+            first_revision = revision - len(rows)
             runner.cancel()
     finally:
         for name in reversed(started):
@@ -218,6 +227,7 @@ async def run(files: list[str], *, churn: int = 10, rounds: int = 5, redis_url: 
             "translate_us_per_object": round(translate_s / max(1, len(objects)) * 1e6, 1),
             "base_bytes": base_bytes, "base_write_s": round(base_write_s, 3),
             "first_announce_to_plan_s": round(first_s, 3), "first_planner_cpu_s": round(first_cpu, 2),
+            "first_plan_ops": ops.get(first_revision, {}), "planner_log": str(state / "logs" / "planner.log"),
             "announce_to_plan_s_median": round(median("announce_to_plan_s"), 3),
             "planner_cpu_s_median": round(median("planner_cpu_s"), 2),
             "delta_bytes_median": int(median("delta_bytes")),
@@ -233,5 +243,6 @@ def table(result: dict) -> str:
              f"delta of {3 * result['churn']} pod changes: {result['delta_bytes_median']:,} bytes",
              f"  announcement → plan published: first (base read) {result['first_announce_to_plan_s']} s "
              f"({result['first_planner_cpu_s']} s planner CPU); after a delta, median "
-             f"{result['announce_to_plan_s_median']} s ({result['planner_cpu_s_median']} s planner CPU)"]
+             f"{result['announce_to_plan_s_median']} s ({result['planner_cpu_s_median']} s planner CPU)",
+             f"  first plan: {result['first_plan_ops']}"]
     return "\n".join(lines)
