@@ -9,6 +9,7 @@ from typing import Literal
 from aiohttp import web
 
 from services.binder.handlers import Binder
+from services.binder.reservation_watch import ReservationWatch
 from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
 from shoal.adapters.http import Readiness, background, build_app
@@ -47,7 +48,8 @@ def build(settings: BinderSettings) -> web.Application:
     async def wiring(app: web.Application) -> AsyncIterator[None]:
         api = await k.connect_kube(settings.kube)
         async with bus_and_redis(settings, readiness) as (redis, bus):
-            binder = Binder(kube=k.Kube(api, request_timeout_s=settings.kube.request_timeout_s),
+            kube = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
+            binder = Binder(kube=kube, reservations=ReservationWatch(kube, settings.reservation_namespace),
                             inflight=InFlight(redis), seen=SeenIds(redis, consumer=prefix + "binder"), bus=bus, metrics=metrics, topic_prefix=prefix,
                             reservation_namespace=settings.reservation_namespace,
                             reservation_timeout_s=settings.reservation_timeout_s,
@@ -64,6 +66,7 @@ def build(settings: BinderSettings) -> web.Application:
 
     app.cleanup_ctx.append(wiring)
     app.cleanup_ctx.append(background("binder", lambda app: app[CONSUMER].run()))
+    app.cleanup_ctx.append(background("reservation-watch", lambda app: app[BINDER].reservations.run()))
 
     async def reservation_sync(app: web.Application) -> None:
         while True:

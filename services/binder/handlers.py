@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from services.binder import kubeobjects as ko
+from services.binder.reservation_watch import ReservationWatch
 from services.binder.reservations import stale_reservations
 from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
@@ -68,6 +69,7 @@ class Binder:
     event_dedupe_s: float = 60.0
     reservation_grace_s: float = 30.0
     parallel: int = 64  # API calls in flight per plan phase
+    reservations: ReservationWatch | None = None  # GPU ids of reservation pods from a watch (None: read the pod)
     _events: dict[tuple, float] = field(default_factory=dict)
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
@@ -259,16 +261,24 @@ class Binder:
         if not wait:
             return ""
         deadline = time.monotonic() + self.reservation_timeout_s
+        watch = self.reservations
+        read_at = 0.0  # when the pod itself is read next (always without a synced watch; else once a second)
         while True:
-            pod = await self._get(k.PODS, f"{ns}/{name}")
-            uuid = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ko.RESERVE_ANNOTATION)
+            uuid = watch.uuids.get(name) if watch is not None else None
+            if uuid is None and (watch is None or not watch.synced or time.monotonic() >= read_at):
+                pod = await self._get(k.PODS, f"{ns}/{name}")
+                uuid = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ko.RESERVE_ANNOTATION)
+                read_at = time.monotonic() + 1.0
             if uuid:
                 return uuid
             if time.monotonic() >= deadline:
                 await self._delete_quietly(f"{ns}/{name}")
                 raise TimeoutError("Reached timeout while waiting for GPU reservation pod to be allocated "
                                    f"({ns}/{name} on node {node})")
-            await asyncio.sleep(0.2)
+            if watch is not None and watch.synced:
+                await watch.changed(timeout_s=1.0)
+            else:
+                await asyncio.sleep(0.2)
 
     async def sync_reservations(self) -> int:
         """Delete the reservation pods of shared GPUs no pod uses any more; returns how many."""

@@ -36,7 +36,7 @@ from shoal.devstack.bench_pods import (
 from shoal.devstack.bench_stats import latency_figures, rate
 from shoal.devstack.bench_watcher import BoundLog, watcher_spec
 from shoal.devstack.procs import launch, stop_process, wait_ready
-from shoal.errors import NotFoundError
+from shoal.errors import NotFoundError, TransientError
 
 RESERVATION_NAMESPACE = "kai-resource-reservation"
 CREATE_PARALLEL = 32
@@ -104,7 +104,9 @@ async def close_arena(bench: Bench, arena: Arena) -> None:
 
     kube = bench.kube
     grace0 = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-    with contextlib.suppress(NotFoundError):
+    # thousands of pods outlast the client's request timeout: the server goes on deleting them, and the
+    # namespace's deletion (waited for below) removes whatever is left
+    with contextlib.suppress(NotFoundError, TransientError):
         await kube.request("DELETE", k.PODS.path(arena.namespace), body=grace0)
     with contextlib.suppress(NotFoundError):
         reservations, _ = await kube.list(k.PODS, namespace=RESERVATION_NAMESPACE)

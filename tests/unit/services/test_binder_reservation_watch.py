@@ -1,0 +1,32 @@
+"""A bind into a new shared GPU is woken by the watch event that brings the reservation pod's GPU id."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from services.binder.reservation_watch import RESERVE_ANNOTATION, ReservationWatch
+
+
+def reservation(name: str, uuid: str | None = None) -> dict:
+    annotations = {RESERVE_ANNOTATION: uuid} if uuid else {}
+    return {"metadata": {"name": name, "namespace": "kai-resource-reservation", "annotations": annotations}}
+
+
+async def test_a_waiter_wakes_on_the_event_that_brings_the_gpu_id_not_after_its_timeout():
+    watch = ReservationWatch(None, "kai-resource-reservation")  # type: ignore[arg-type]
+    watch._take(reservation("r1"))
+    assert watch.uuids == {}
+
+    async def node_agent_writes_it() -> None:
+        await asyncio.sleep(0.05)
+        watch._take(reservation("r1", "GPU-1"))
+        watch._wake()
+
+    started = time.monotonic()
+    writer = asyncio.create_task(node_agent_writes_it())
+    await watch.changed(timeout_s=5.0)
+    await writer
+    assert time.monotonic() - started < 1.0 and watch.uuids == {"r1": "GPU-1"}
+    watch._take(reservation("r1", "GPU-1"), deleted=True)
+    assert watch.uuids == {}
