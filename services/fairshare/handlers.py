@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
-from shoal.adapters.shard_snapshots import SnapshotReader
+from shoal.adapters.shard_snapshots import Progress, SnapshotReader
 from shoal.adapters.usage_history import UsageHistory, UsageSource
 from shoal.core.context import Context
 from shoal.core.cycle import queue_figures
@@ -45,7 +45,7 @@ class FairShare:
     usage_params: UsageParams = UsageParams()
     usage_source: UsageSource | None = None  # where usage is read (Prometheus); None: `history`
     min_interval_s: float = 1.0  # at most one computation per shard this often (cycles come every few ms)
-    last: dict[str, int] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)  # the revision computed last, per shard
     last_at: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -62,14 +62,14 @@ class FairShare:
 
     async def on_snapshot(self, message: SnapshotPublished, delivery: Delivery) -> None:
         shard = message.shard
-        if message.revision <= self.last.get(shard, -1):
+        if self.progress.handled(shard, message.revision, message.chain):
             return
         wait = self.last_at.get(shard, float("-inf")) + self.min_interval_s - time.monotonic()
         if wait > 0:  # the announcements that arrive meanwhile are planned already: compute the newest once
             await asyncio.sleep(wait)
         self.last_at[shard] = time.monotonic()
         latest = await self.snapshots.read(shard)
-        if latest is None or latest.revision <= self.last.get(shard, -1):
+        if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
             return
         at_s = epoch_seconds(latest.taken_at)
         source = self.usage_source or self.history
@@ -85,7 +85,7 @@ class FairShare:
                                      revision=latest.revision, queues=figures)
         await self.results.put(shard, latest.revision, computed)
         await self.bus.publish(topics.FAIRSHARE.full(self.topic_prefix), computed, key=shard)
-        self.last[shard] = latest.revision
+        self.progress.mark(shard, latest.revision, latest.chain)
         for res, scale in _RESOURCES:
             self._capacity.labels(shard, res).set(capacity[res] / scale)
         for q in figures:

@@ -19,7 +19,7 @@ from services.planner.translate import decisions, inflight_binds, inflight_entri
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
-from shoal.adapters.shard_snapshots import SnapshotReader
+from shoal.adapters.shard_snapshots import Progress, SnapshotReader
 from shoal.adapters.usage_history import UsageSource
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest.shard_model import assemble
@@ -48,7 +48,7 @@ class Planner:
     fairshare_stale_revisions: int = 5
     config_doc: dict | None = None
     history: UsageSource | None = None  # the allocation history: time-based fair share (SPEC §2.7)
-    last_planned: dict[str, int] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)  # the revision planned last, per shard
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -63,12 +63,12 @@ class Planner:
         shard = message.shard
         if self.shard_filter and shard not in self.shard_filter:
             return
-        if message.revision <= self.last_planned.get(shard, -1):
+        if self.progress.handled(shard, message.revision, message.chain):
             return  # a duplicate or an old announcement: a newer revision was planned already
         started = time.perf_counter()
         inflight = await self.inflight.all(shard)  # before the snapshot, never after
         latest = await self.snapshots.read(shard)
-        if latest is None or latest.revision <= self.last_planned.get(shard, -1):
+        if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
             return
         usage = await self.history.usage(shard, now_s=epoch_seconds(latest.taken_at)) if self.history else {}
         now_s = time.time()
@@ -89,7 +89,7 @@ class Planner:
         await asyncio.gather(self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard),
                              *(self.bus.publish(decision_topic, event, key=shard)
                                for event in decisions(plan, shard)))
-        self.last_planned[shard] = latest.revision
+        self.progress.mark(shard, latest.revision, latest.chain)
         self._plans.labels(shard).inc()
         for kind in (Bind, Pipeline, Evict, SetCondition):
             count = len(plan.of(kind))

@@ -166,7 +166,7 @@ class Snapshotter:
                 written = await self.writer.publish_delta(shard, chain.revision + 1, changes, chain=chain.chain,
                                                           taken_at=taken_at, require_podgroup=self.require_podgroup)
             except TransientError:
-                self.chains.pop(shard, None)  # the changes taken are only in the model now: a base carries them
+                chain.deltas = self.base_every  # the changes taken are only in the model now: a base carries them
                 raise
         if written is not None and chain is not None:
             chain.revision += 1
@@ -183,7 +183,7 @@ class Snapshotter:
         model = self.shards.model(shard)
         announced = SnapshotPublished(meta=new_meta("snapshotter", revision=chain.revision), shard=shard,
                                       revision=chain.revision, nodes=len(model.nodes), pods=len(model.pods),
-                                      pending_pods=self.shards.pending_pods.get(shard, 0))
+                                      pending_pods=self.shards.pending_pods.get(shard, 0), chain=chain.chain)
         await self.bus.publish(topics.SNAPSHOTS.full(self.topic_prefix), announced, key=shard)
         self.announced[shard] = time.monotonic()
         self._published.labels(shard, kind).inc()
@@ -195,9 +195,10 @@ class Snapshotter:
                  settled=len(done))
 
     async def _base(self, shard: str, taken_at: str) -> Chain:
-        self.chains.pop(shard, None)
+        old = self.chains.pop(shard, None)
+        mine = old.revision if old is not None else 0  # numbering goes on from here after a Redis flush
         for _ in range(50):
-            revision = (await self.writer.latest_revision(shard) or 0) + 1
+            revision = max(await self.writer.latest_revision(shard) or 0, mine) + 1
             stored = await self.writer.publish_base(shard, revision, self.shards.model(shard).entries(),
                                                     taken_at=taken_at, require_podgroup=self.require_podgroup)
             if stored is not None:

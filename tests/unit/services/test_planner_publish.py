@@ -86,7 +86,7 @@ async def test_plan_and_decisions_are_published_concurrently_then_the_revision_c
     await asyncio.wait_for(planner.on_snapshot(announced, DELIVERY), 5)
     assert bus.topics.count("shoal.plans.v1") == 1
     assert bus.topics.count("shoal.decisions.v1") >= 2
-    assert planner.last_planned == {"pool": 3}
+    assert planner.progress.revisions == {"pool": 3}
 
 
 async def test_a_failed_publish_leaves_the_revision_unplanned():
@@ -101,4 +101,4 @@ async def test_a_failed_publish_leaves_the_revision_unplanned():
                                   pods=1, pending_pods=1)
     with pytest.raises(ConnectionError):
         await planner.on_snapshot(announced, DELIVERY)
-    assert planner.last_planned == {}
+    assert planner.progress.revisions == {}

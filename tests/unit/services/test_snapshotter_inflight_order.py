@@ -188,3 +188,28 @@ async def test_a_shard_that_is_gone_does_not_make_the_loop_spin() -> None:
     snap.announced["gone-pool"] = time.monotonic() - 3600  # announced long ago, no node now
     assert snap._until_heartbeat() > snap.heartbeat_s - 1
     assert "gone-pool" not in snap.announced
+
+
+async def test_after_a_redis_flush_revisions_go_on_and_planners_take_a_new_chain_even_if_lower() -> None:
+    from shoal.adapters.shard_snapshots import Progress
+
+    journal = Journal()
+    snap, _ = snapshotter(journal)
+    await snap.publish_all()
+    snap.on_change(pod("new", "u-new"), False)
+    await snap.publish_all()
+    assert snap.chains["p"].revision == 2
+    snap.writer.latest = 0  # Redis flushed: nothing stored, the delta cannot continue the chain
+    snap.writer.publish_delta = lambda *a, **k: _none()  # type: ignore[method-assign]
+    snap.on_change(pod("newer", "u-newer"), False)
+    await snap.publish_all()
+    assert journal[-1] == ("announce", 3) and ("base", 3, 4) in journal  # a base, numbered after 2, not 1
+
+    progress = Progress()
+    progress.mark("p", 40, "chain-a")
+    assert progress.handled("p", 39, "chain-a") and progress.handled("p", 39, "")
+    assert not progress.handled("p", 3, "chain-b")  # another history: planned, whatever its number
+
+
+async def _none() -> None:
+    return None

@@ -19,7 +19,7 @@ reader that has none, is on another chain or finds a delta gone reads the newest
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 from redis.asyncio import Redis
@@ -156,6 +156,23 @@ class SnapshotWriter:
             for i in range(parts):
                 pipe.pexpire(redis_keys.snapshot_base_part(shard, revision, i), self._retain_ms)
             await pipe.execute()
+
+
+@dataclass
+class Progress:
+    """The revision (and chain) a consumer handled last per shard. A revision of another chain is never
+    skipped for being lower: after a Redis flush, or a writer that could not continue, numbering may restart."""
+
+    revisions: dict[str, int] = field(default_factory=dict)
+    chains: dict[str, str] = field(default_factory=dict)
+
+    def handled(self, shard: str, revision: int, chain: str = "") -> bool:
+        if shard not in self.revisions or (chain and chain != self.chains.get(shard)):
+            return False
+        return revision <= self.revisions[shard]
+
+    def mark(self, shard: str, revision: int, chain: str) -> None:
+        self.revisions[shard], self.chains[shard] = revision, chain
 
 
 class SnapshotReader:

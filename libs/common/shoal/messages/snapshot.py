@@ -57,3 +57,4 @@ class SnapshotPublished(Message, frozen=True, kw_only=True, tag="snapshot_publis
     nodes: int = 0
     pods: int = 0
     pending_pods: int = 0
+    chain: str = ""  # the chain (base) the revision belongs to; "" from older snapshotters
