@@ -29,6 +29,7 @@ from shoal.adapters.kafka import Consumer, Delivery, Publisher, ensure_topics
 from shoal.adapters.redis_client import connect_redis
 from shoal.adapters.shard_snapshots import SnapshotWriter
 from shoal.devstack import components
+from shoal.devstack.bench_contenders import cpu_seconds
 from shoal.devstack.errors import DevStackError
 from shoal.devstack.procs import ProcessSpec, free_port, launch, stop_process, wait_ready
 from shoal.messages import topics
@@ -39,16 +40,6 @@ from shoal.settings import KafkaSettings, RedisSettings
 
 SCHEDULER = "shoal-scheduler"
 WATCHED = ("Node", "Pod", "PodGroup", "Queue", "PriorityClass", "Topology", "PodDisruptionBudget")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_bus(state: Path) -> tuple[str, str, list[str]]:
