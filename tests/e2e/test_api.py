@@ -163,9 +163,12 @@ async def test_explain_shows_the_effective_limit_of_an_omitted_limit(api_url, ku
         await gang(kube, namespace, name, node_pool, "pair", 2)
 
         async def over_limit():
+            # the verdict is the planner's; the figures are fairshare's, computed at most once a second, so
+            # they may lag the verdict by that much: wait until they count the pair's request too
             status, body = await get_json(f"{api_url}/v1/explain/{namespace}/pair")
             ok = status == 200 and "OverLimit" in body["verdict"] and body["queueFigures"]
-            return body if ok and body["queueFigures"]["gpu"]["allocated"] == 3 else None
+            gpu = body["queueFigures"]["gpu"] if ok else {}
+            return body if ok and gpu["allocated"] == 3 and gpu["request"] == 5 else None
 
         answer = await eventually(over_limit, timeout_s=90, what="explain to report the limit")
         assert "Limit is 4 GPUs, currently 3 GPUs allocated and workload requested 2 GPUs" in answer["verdict"]
