@@ -53,10 +53,18 @@ async def test_recorded_usage_shrinks_a_queues_fair_share(shoal: Any, stack: Any
         for name in (a, b):
             await kube.create(QUEUES, queue_doc(name))
         try:
-            await gpu_nodes(2, gpus=8)
             for name in (a, b):  # both queues want the whole shard
                 for i in range(2):
                     await kube.create(PODS, pod(namespace, f"{name[0]}-{i}", name, node_pool, 8), namespace=namespace)
+
+            async def grouped():
+                items, _ = await kube.list(PODS, namespace=namespace)
+                return len([p for p in items if (p["metadata"].get("annotations") or {}).get("pod-group-name")]) == 4
+
+            # the nodes come last: cycles start as soon as something changes, and with nodes already there A's
+            # pods, created first, would be bound (and then reclaimed) before B's pods existed
+            await eventually(grouped, timeout_s=60, what="the podgrouper to group the four pods")
+            await gpu_nodes(2, gpus=8)
             shares = LatestValue(redis, redis_keys.fair_share, FairShareComputed)
 
             async def figures():
