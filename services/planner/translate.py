@@ -19,8 +19,8 @@ def inflight_binds(inflight: Iterable[InFlightBind], now_s: float) -> dict[str, 
 
 
 def inflight_evictions(inflight: Iterable[InFlightBind], now_s: float) -> set[str]:
-    """Unexpired in-flight evictions as `assemble` takes them: the victims' uids and "ns/name"s."""
-    return {key for e in inflight if e.eviction and e.expires_at > now_s for key in (e.pod_uid, e.pod)}
+    """Unexpired in-flight evictions as `assemble` takes them: the victims' uids (an Evict op always has one)."""
+    return {e.pod_uid for e in inflight if e.eviction and e.expires_at > now_s}
 
 
 def inflight_entries(plan: Plan, *, now_s: float, ttl_s: float) -> list[InFlightBind]:

@@ -32,9 +32,9 @@ from shoal.core.ingest.shard_model import (
     entry_of,
     key_of,
 )
-from shoal.core.podgrouper import stable_uid
+from shoal.core.podgrouper import NODE_POOL_LABEL, stable_uid
 
-POOL_LABEL = "kai.scheduler/node-pool"
+POOL_LABEL = NODE_POOL_LABEL
 DEFAULT_SHARD = "default"
 CLUSTER_WIDE = ("queues", "priority_classes", "topologies", "pdbs")
 FINISHED = ("Succeeded", "Failed")

@@ -198,7 +198,7 @@ def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapp
              inflight: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
              evicting: Collection[str] = (), require_podgroup: bool = False) -> IngestResult:
     """The core Snapshot of the model. `inflight`: pod uid or "ns/name" → (node, GPU groups) of binds in
-    flight; `evicting`: uids or "ns/name"s of pods whose eviction is in flight (they count as releasing);
+    flight; `evicting`: uids of pods whose eviction is in flight (they count as releasing);
     `require_podgroup`: a pending pod waits until the PodGroup it names exists (the services)."""
     problems: list[Problem] = []
     try:
@@ -232,7 +232,7 @@ def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapp
             bind = inflight.get(pod.uid) or inflight.get(pod.key)
             if bind is not None:
                 pod = placed(pod, *bind)
-        elif evicting and not pod.deleting and (pod.uid in evicting or pod.key in evicting):
+        elif evicting and not pod.deleting and pod.uid in evicting:
             pod = msgspec.structs.replace(pod, deleting=True)
         pods.append(pod)
 
