@@ -148,7 +148,8 @@ async def _assigned(settings: KafkaSettings, topic: str, *, wait_s: float = 60.0
                     ) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
     """A group-less consumer given every partition of `topic` (waiting for a just-created topic's metadata)."""
     consumer = AIOKafkaConsumer(topic, **client_options(settings), group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest", metadata_max_age_ms=5000)
+                                auto_offset_reset="earliest", metadata_max_age_ms=5000,
+                                fetch_max_wait_ms=settings.fetch_max_wait_ms)
     try:
         await consumer.start()
         deadline = asyncio.get_running_loop().time() + wait_s

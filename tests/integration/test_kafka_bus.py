@@ -275,3 +275,18 @@ async def test_a_member_leaving_hands_its_partitions_over_without_loss_or_duplic
     assert sorted(set(seqs)) == list(range(total))  # nothing lost
     assert len(seqs) == total  # and, with graceful hand-overs, nothing handled twice
     assert {m for m, _ in handled} == {"a", "b"}
+
+
+async def test_the_consumer_asks_the_broker_for_short_fetch_waits(kafka: KafkaSettings, topic_prefix: str,
+                                                                  group: str) -> None:
+    """With one partition's records in hand the client fetches the other partitions alone, and that
+    partition's next records wait until the broker answers: its fetch wait bounds how late a plan arrives
+    behind a busy handler (the client's default, 500 ms, delayed plans by up to half a second)."""
+    topic = f"{topic_prefix}waits.v1"
+    await ensure_topics(kafka, [topic], partitions=2)
+    assert KafkaSettings().fetch_max_wait_ms <= 100
+    settings = msgspec.structs.replace(kafka, fetch_max_wait_ms=40)
+    consumer = Consumer(settings, [topic], group_id=group, message_type=Message, handler=collector([]))
+    async with running(consumer):
+        fetcher = consumer._consumer._fetcher  # type: ignore[union-attr]
+        assert fetcher._fetch_max_wait_ms == 40

@@ -58,6 +58,10 @@ class KafkaSettings(Section, frozen=True, kw_only=True):
     heartbeat_interval_ms: PositiveInt = 500
     max_poll_interval_ms: PositiveInt = 300_000
     request_timeout_ms: PositiveInt = 30_000
+    # how long the broker holds a fetch that finds no new data. Kept short: a consumer with one partition's
+    # records in hand fetches the others alone, and new records of that partition wait for that fetch to end
+    # (500 ms, the client's default, delayed a plan by up to half a second behind a busy handler)
+    fetch_max_wait_ms: PositiveInt = 50
 
     def problems(self) -> list[str]:
         found = []

@@ -298,7 +298,8 @@ class Consumer(Generic[T]):
         self._consumer = AIOKafkaConsumer(
             **client_options(s), group_id=self.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=s.heartbeat_interval_ms, max_poll_interval_ms=s.max_poll_interval_ms)
+            heartbeat_interval_ms=s.heartbeat_interval_ms, max_poll_interval_ms=s.max_poll_interval_ms,
+            fetch_max_wait_ms=s.fetch_max_wait_ms)
         self._consumer.subscribe(self.topics, listener=_CommitOnRevoke(self))
         if self._dlq is None:
             self._dlq = Publisher(s)
