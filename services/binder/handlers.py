@@ -239,15 +239,18 @@ class Binder:
     # ---- shared GPUs -----------------------------------------------------------------------------
     async def prepare_fraction(self, op: Bind) -> None:
         """Reservation pod per group (created once), then the pod's labels, annotation and GPU ConfigMap."""
-        uuids = [await self.ensure_reservation(op.node, group, wait=True) for group in op.gpu_groups]
-        pod = await self._get(k.PODS, op.pod)
+        # the pod is read while the node agent assigns the reservations' GPUs; the ConfigMap and the pod's
+        # labels are independent writes, both done before the binding
+        *uuids, pod = await asyncio.gather(*(self.ensure_reservation(op.node, group, wait=True)
+                                             for group in op.gpu_groups), self._get(k.PODS, op.pod))
         if pod is None:
             raise NotFoundError(f"pod {op.pod} is gone")
         namespace, name = ko.split(op.pod)
-        await self._apply_configmap(ko.fraction_configmap(pod, uuids, op.fraction or ""))
-        await self.kube.patch(k.PODS, name, {"metadata": {
-            "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
-            "annotations": {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type}}}, namespace=namespace)
+        await asyncio.gather(
+            self._apply_configmap(ko.fraction_configmap(pod, uuids, op.fraction or "")),
+            self.kube.patch(k.PODS, name, {"metadata": {
+                "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
+                "annotations": {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type}}}, namespace=namespace))
 
     async def ensure_reservation(self, node: str, group: str, *, wait: bool = False) -> str:
         name = ko.reservation_name(node, group)

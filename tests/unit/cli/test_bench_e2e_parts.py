@@ -11,7 +11,15 @@ import yaml
 
 from shoal.devstack.bench_contenders import cpu_seconds, kube_scheduler_config, shoal_env
 from shoal.devstack.bench_pods import gpus_needed, nodes_needed, pod_manifest, pod_mix, podgroup_manifest
-from shoal.devstack.bench_stats import alternate, latency_figures, median, percentile, summarise, table
+from shoal.devstack.bench_stats import (
+    alternate,
+    figures_by_kind,
+    latency_figures,
+    median,
+    percentile,
+    summarise,
+    table,
+)
 from shoal.devstack.bench_watcher import BoundLog
 from shoal.devstack.benche2e import BIND_CEILING, plan
 
@@ -22,6 +30,17 @@ def test_percentile_is_nearest_rank_and_zero_for_no_values():
     assert percentile([], 0.5) == 0.0 and percentile([7.0], 0.99) == 7.0
     assert median([3, 1, 2]) == 2 and median([1, 2, 3, 4]) == 2.5 and median([]) == 0.0
     assert latency_figures([10.0, 20.0, 30.0]) == {"p50_ms": 20.0, "p90_ms": 30.0, "p99_ms": 30.0, "max_ms": 30.0}
+
+
+def test_figures_by_kind_split_the_mix_and_skip_pods_never_bound():
+    plans = pod_mix(20, "s")
+    kinds = {p.name: p.kind for p in plans}
+    latencies = {p.name: {"gang": 300.0, "whole": 50.0, "fraction": 120.0}[p.kind] for p in plans}
+    latencies.pop(next(n for n, k in kinds.items() if k == "whole"))
+    figures = figures_by_kind(plans, latencies)
+    assert figures == {"fraction_p50_ms": 120.0, "fraction_p99_ms": 120.0, "gang_p50_ms": 300.0,
+                       "gang_p99_ms": 300.0, "whole_p50_ms": 50.0, "whole_p99_ms": 50.0}
+    assert figures_by_kind(plans, {}) == {}
 
 
 def test_alternation_changes_who_leads_and_who_follows_whom():

@@ -33,7 +33,7 @@ from shoal.devstack.bench_pods import (
     podgroup_manifest,
     queue_manifest,
 )
-from shoal.devstack.bench_stats import latency_figures, rate
+from shoal.devstack.bench_stats import figures_by_kind, latency_figures, rate
 from shoal.devstack.bench_watcher import BoundLog, watcher_spec
 from shoal.devstack.procs import launch, stop_process, wait_ready
 from shoal.errors import NotFoundError, TransientError
@@ -293,9 +293,9 @@ async def steady(bench: Bench, scheduler: str, pods_per_s: float, duration_s: fl
             await log.wait_for({p.name for p in plans}, bench.timeout_s)
             measured = meter.end(watcher.pid)
         starts = sorted(created.values())
-        latencies = [(log.bound[n] - t) * 1000 for n, t in created.items() if n in log.bound]
+        latencies = {n: (log.bound[n] - t) * 1000 for n, t in created.items() if n in log.bound}
         figures = {"achieved_rate": rate(len(starts) - 1, starts[-1] - starts[0]) if len(starts) > 1 else 0.0,
-                   **latency_figures(latencies)}
+                   **latency_figures(list(latencies.values())), **figures_by_kind(plans, latencies)}
         return _record("steady", scheduler, arena, plans, log.bound, figures, measured, rate=pods_per_s,
                        duration_s=duration_s, startup_s=round(running.ready_at - running.launched_at, 3))
     finally:
