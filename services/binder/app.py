@@ -21,7 +21,7 @@ from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.plan import PlanIssued
 from shoal.metrics import Metrics
-from shoal.settings import ServiceSettings
+from shoal.settings import PositiveInt, ServiceSettings
 
 log = get_logger("services.binder")
 
@@ -34,6 +34,7 @@ class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     reservation_sync_s: float = 10.0  # how often idle reservation pods are looked for
     reservation_grace_s: float = 30.0  # a reservation pod younger than this is never released
     parallel: int = 64  # API calls in flight per plan phase (binds, evictions, status writes)
+    pipeline: PositiveInt = 4  # plans per shard under way at once (binds of the next while the rest of the last)
 
 
 BINDER = web.AppKey("binder", Binder)
@@ -57,7 +58,8 @@ def build(settings: BinderSettings) -> web.Application:
                             reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel)
             app[BINDER] = binder
             consumer = Consumer(settings.kafka, [topics.PLANS.full(prefix)], group_id=prefix + settings.group_id,
-                                message_type=PlanIssued, handler=binder.on_plan, metrics=metrics)
+                                message_type=PlanIssued, handler=binder.start_plan, pipeline=settings.pipeline,
+                                metrics=metrics)
             app[CONSUMER] = consumer
             async with consumer:
                 readiness.add("consumer", consumer.ready)

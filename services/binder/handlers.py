@@ -74,6 +74,7 @@ class Binder:
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
+    _applying: dict[str, asyncio.Future] = field(default_factory=dict)  # shard → its latest plan under way
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -84,38 +85,66 @@ class Binder:
 
     # ---- plan ------------------------------------------------------------------------------------
     async def on_plan(self, plan: PlanIssued, delivery: Delivery) -> None:
+        """Apply the whole plan."""
+        work = await self.start_plan(plan, delivery)
+        if work is not None:
+            await work
+
+    async def start_plan(self, plan: PlanIssued, delivery: Delivery) -> asyncio.Future | None:
+        """Start applying the plan; returns its work, under way (None: applied in full before). The next
+        plan's reservations and binds may start at once (the planner never plans a pod or GPU another plan
+        holds in flight), while the rest of each plan (evictions, conditions, events, queue status) runs
+        in plan order per shard, after its own binds."""
         if await self.seen.contains(plan.plan_id):
-            return  # a redelivery of a plan applied in full already
-        # Reservations first, then binds, then everything else; within a phase ops are independent of
-        # each other (two binds into one new shared GPU both find its single reservation pod), so they
-        # run concurrently, bounded by `parallel`.
+            return None  # a redelivery of a plan applied in full already
+        binds = asyncio.ensure_future(self._reserve_and_bind(plan))
+        work = asyncio.ensure_future(self._finish(plan, binds, self._applying.get(plan.shard)))
+        self._applying[plan.shard] = work
+        work.add_done_callback(lambda done: self._forget(plan.shard, done))
+        return work
+
+    def _forget(self, shard: str, work: asyncio.Future) -> None:
+        if self._applying.get(shard) is work:
+            del self._applying[shard]
+        if not work.cancelled():
+            work.exception()  # retrieved: the consumer (or on_plan) reports it
+
+    async def _reserve_and_bind(self, plan: PlanIssued) -> list[float]:
+        """Reservations first, then binds; within a phase ops are independent of each other (two binds into
+        one new shared GPU both find its single reservation pod), so they run concurrently, bounded by
+        `parallel`. BindResults and decisions are sent without waiting for each (the producer batches them)
+        and awaited together at the end of each phase."""
         started, phases = time.perf_counter(), []
-        reserves = [op for op in plan.ops if isinstance(op, Reserve)]
-        binds = [op for op in plan.ops if isinstance(op, Bind)]
-        rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
-        # BindResults and decisions are sent without waiting for each (the producer batches them) and awaited
-        # together at the end of each phase: the plan is marked seen, and its offset committed, only after.
-        # The binds' own events go with the last phase, so the bind phase holds nothing but the bindings;
-        # the queues' status (independent of every op) is written alongside that last phase.
+        for phase in ([op for op in plan.ops if isinstance(op, Reserve)],
+                      [op for op in plan.ops if isinstance(op, Bind)]):
+            await self._concurrently(plan, phase)
+            await self._flush(plan.plan_id)
+            phases.append(round(time.perf_counter() - started, 3))
+        return phases
+
+    async def _finish(self, plan: PlanIssued, binds: asyncio.Future, before: asyncio.Future | None) -> None:
+        """After the plan's binds and the previous plan's rest: everything else, the binds' own events and the
+        queues' status; then the plan counts as applied (marked seen, its offset committable)."""
+        started = time.perf_counter()
         try:
-            for phase in (reserves, binds, rest):
-                if phase is rest:
-                    await asyncio.gather(self._concurrently(plan, [*rest, *self._notices.pop(plan.plan_id, [])]),
-                                         self.queue_statuses(plan))
-                else:
-                    await self._concurrently(plan, phase)
-                await self._flush(plan.plan_id)
-                phases.append(round(time.perf_counter() - started, 3))
+            phases = await binds
+            if before is not None:
+                await asyncio.wait([before])  # its failure is its own (the consumer rewinds to it)
+            rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
+            await asyncio.gather(self._concurrently(plan, [*rest, *self._notices.pop(plan.plan_id, [])]),
+                                 self.queue_statuses(plan))
+            await self._flush(plan.plan_id)
+            phases.append(round(time.perf_counter() - started, 3))
         finally:
             self._notices.pop(plan.plan_id, None)
             for task in self._publishing.pop(plan.plan_id, []):
                 task.cancel()  # a phase failed: the plan is redelivered, and consumers tolerate duplicates
         await self.seen.mark(plan.plan_id)
         log.info("plan_applied", shard=plan.shard, plan_id=plan.plan_id, revision=plan.revision,
-                 reservations=len(reserves), binds=len(binds),
+                 reservations=sum(isinstance(op, Reserve) for op in plan.ops),
+                 binds=sum(isinstance(op, Bind) for op in plan.ops),
                  other_ops=sorted({type(op).__name__ for op in rest}),
-                 phases_s=phases,
-                 seconds=round(time.perf_counter() - started, 3))
+                 phases_s=phases, seconds=round(time.perf_counter() - started, 3))
 
     async def queue_statuses(self, plan: PlanIssued) -> None:
         """Queue.status from the plan's figures, written only when it changed. Figures are per shard: a queue

@@ -290,3 +290,75 @@ async def test_the_consumer_asks_the_broker_for_short_fetch_waits(kafka: KafkaSe
     async with running(consumer):
         fetcher = consumer._consumer._fetcher  # type: ignore[union-attr]
         assert fetcher._fetch_max_wait_ms == 40
+
+
+async def test_work_left_running_counts_only_when_it_and_all_earlier_work_finished(
+        kafka: KafkaSettings, topic_prefix: str, group: str) -> None:
+    """`pipeline=2`: a handler returns its remaining work as a future; two messages are under way at once, a
+    third starts only when the first finished; a failure of the first's work rewinds the partition to it
+    (the second, finished, is redelivered too), and only work finished in order is committed."""
+    topic = f"{topic_prefix}pipelined.v1"
+    await ensure_topics(kafka, [topic])
+    loop = asyncio.get_running_loop()
+    calls: list[int] = []
+    work: dict[int, asyncio.Future] = {}
+
+    async def start(message: Any, delivery: Delivery) -> asyncio.Future:
+        calls.append(message.seq)
+        work[message.seq] = loop.create_future()
+        return work[message.seq]
+
+    async with Publisher(kafka) as bus:
+        for i in range(4):
+            await bus.publish(topic, Ping(id=f"w{i}", seq=i), key="pool-a")
+        consumer = Consumer(kafka, [topic], group_id=group, message_type=Message, handler=start, pipeline=2,
+                            retry=FAST_RETRY, redelivery_backoff_s=0.2)
+        async with running(consumer):
+            await until(lambda: calls == [0, 1])
+            work[1].set_result(None)  # the second finishes first: the third still waits for the first
+            await asyncio.sleep(0.6)
+            assert calls == [0, 1]
+            work[0].set_exception(TransientError("the apiserver went away"))
+            await until(lambda: calls == [0, 1, 0, 1])  # redelivered from the failed message
+            work[0].set_result(None)
+            await until(lambda: calls == [0, 1, 0, 1, 2])
+            for seq in (1, 3, 2):
+                await until(lambda: seq in work and calls.count(seq) == (2 if seq < 2 else 1))
+                work[seq].set_result(None)
+        again: list[tuple[Any, Delivery]] = []
+        async with running(Consumer(kafka, [topic], group_id=group, message_type=Message,
+                                    handler=collector(again))):
+            await asyncio.sleep(1.5)
+    assert again == []  # all four committed once their work (and all earlier work) finished
+
+
+async def test_a_stopping_consumer_waits_for_work_under_way_and_commits_nothing_past_a_failure(
+        kafka: KafkaSettings, topic_prefix: str, group: str) -> None:
+    topic = f"{topic_prefix}pipelined.v1"
+    await ensure_topics(kafka, [topic])
+    loop = asyncio.get_running_loop()
+    work: dict[int, asyncio.Future] = {}
+
+    async def start(message: Any, delivery: Delivery) -> asyncio.Future:
+        work[message.seq] = loop.create_future()
+        return work[message.seq]
+
+    async with Publisher(kafka) as bus:
+        for i in range(3):
+            await bus.publish(topic, Ping(id=f"s{i}", seq=i), key="pool-a")
+        consumer = Consumer(kafka, [topic], group_id=group, message_type=Message, handler=start, pipeline=3)
+        await consumer.start()
+        task = asyncio.create_task(consumer.run())
+        await until(lambda: sorted(work) == [0, 1, 2])
+        stopping = asyncio.create_task(consumer.stop())
+        await asyncio.sleep(0.3)
+        assert not stopping.done()  # it waits for the work under way
+        work[0].set_result(None)
+        work[1].set_exception(TransientError("the apiserver went away"))
+        work[2].set_result(None)
+        await stopping
+        await task
+    again: list[tuple[Any, Delivery]] = []
+    async with running(Consumer(kafka, [topic], group_id=group, message_type=Message, handler=collector(again))):
+        await until(lambda: len(again) == 2)
+    assert [m.seq for m, _ in again] == [1, 2]  # 0 committed; nothing past the failed 1

@@ -219,3 +219,46 @@ async def test_a_fraction_whose_lease_ran_out_while_waiting_for_its_gpu_is_not_b
     b.prepare_fraction = slow_reservation
     await b.on_plan(plan_of([op]), DELIVERY)
     assert kube.bound == set(), "a bind past its lease could double-book the GPU"
+
+
+class GatedKube(FakeKube):
+    """Bindings of the pods in `held` wait for `gate`; events are recorded in the order they were posted."""
+
+    def __init__(self, pods, held):
+        super().__init__(pods)
+        self.held, self.gate = held, asyncio.Event()
+        self.events: list[str] = []
+
+    async def create(self, resource, body, *, namespace=None, name=None, subresource=None, **kwargs):
+        if subresource == "binding" and f"{namespace}/{name}" in self.held:
+            await self.gate.wait()
+        if resource.plural == "events":
+            self.events.append(body["involvedObject"]["name"])
+        return await super().create(resource, body, namespace=namespace, name=name, subresource=subresource)
+
+
+async def test_pipelined_plans_bind_at_once_but_finish_in_plan_order():
+    """The second plan's bind goes out while the first plan's bind still waits; the second plan's events,
+    and its being applied, come only after the first's."""
+    first = Bind(pod="ns/p0", pod_uid="uid-0", node="n1")
+    second = Bind(pod="ns/p1", pod_uid="uid-1", node="n1")
+    inflight = FakeInFlight({
+        "uid-0": InFlightBind(pod="ns/p0", pod_uid="uid-0", node="n1", plan_id="plan-1", expires_at=1e12),
+        "uid-1": InFlightBind(pod="ns/p1", pod_uid="uid-1", node="n1", plan_id="plan-2", expires_at=1e12)})
+    kube, seen = GatedKube(pods(2), held={"ns/p0"}), FakeSeen()
+    bus = GatedBus()
+    bus.gate.set()
+    b = binder(kube, inflight, bus, seen, parallel=4)
+    work_1 = await b.start_plan(plan_of([first], "plan-1"), DELIVERY)
+    work_2 = await b.start_plan(plan_of([second], "plan-2"), DELIVERY)
+    for _ in range(200):
+        if "ns/p1" in kube.bound:
+            break
+        await asyncio.sleep(0.005)
+    assert kube.bound == {"ns/p1"}  # plan 2 bound while plan 1's bind waits
+    await asyncio.sleep(0.05)
+    assert not work_2.done() and seen.marked == [] and kube.events == []  # its rest waits for plan 1
+    kube.gate.set()
+    await asyncio.wait_for(asyncio.gather(work_1, work_2), 5)
+    assert seen.marked == ["plan-1", "plan-2"] and kube.events == ["p0", "p1"]
+    assert await b.start_plan(plan_of([first], "plan-1"), DELIVERY) is None  # applied: a redelivery is a no-op

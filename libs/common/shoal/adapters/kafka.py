@@ -7,7 +7,7 @@ Publishing (idempotent producer, acks=all)::
 
 Consuming (offsets committed manually, only after the handler finished)::
 
-    async def on_plan(plan: Plan, delivery: Delivery) -> None: ...
+    async def on_plan(plan: Plan, delivery: Delivery) -> None: ...   # or a future: the rest of its work
 
     consumer = Consumer(settings.kafka, ["shoal.plans.v1"], group_id="binder", message_type=Plan,
                         handler=on_plan)
@@ -18,7 +18,10 @@ A message that cannot be decoded into `message_type` (a Struct or a tagged union
 `<topic>.dlq` with its original bytes, key and headers plus `shoal-dlq-*` headers, and is committed. A handler
 error is classified by `classify`: transient ones are retried with backoff and, if still failing, the partition is
 rewound to that message (nothing committed past it); permanent ones go to the dead-letter topic; an
-`InvariantBroken` ends `run()` with that error (the process should crash).
+`InvariantBroken` ends `run()` with that error (the process should crash). A handler may return a future
+holding the rest of its work: with `pipeline=N` up to N messages per partition are under way at once, and an
+offset is committed only when its work and all earlier work of the partition finished (`shoal.adapters.
+unfinished`); a failure of that work is classified like a handler's, rewinding the partition to it.
 
 Topics: `await ensure_topics(settings.kafka, ["shoal.plans.v1"], partitions=8)` also creates the `.dlq` topics.
 """
@@ -26,6 +29,7 @@ Topics: `await ensure_topics(settings.kafka, ["shoal.plans.v1"], partitions=8)` 
 from __future__ import annotations
 
 import asyncio
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
@@ -45,6 +49,7 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import ConsumerRecord
 
+from shoal.adapters.unfinished import Unfinished
 from shoal.errors import InvariantBroken, PermanentError, ShoalError, TransientError
 from shoal.logging import get_logger
 from shoal.metrics import Metrics
@@ -66,6 +71,13 @@ HANDLER_RETRY = RetryPolicy(attempts=3, initial_s=0.2, max_backoff_s=2.0)
 # broker was down): every later send of that producer fails. A fresh producer (new producer id) fixes it.
 PRODUCER_STATE_ERRORS = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch,
                          InvalidProducerIdMapping)
+
+
+def _finished_future() -> asyncio.Future:
+    """A future that has finished: a message handled at once, queued behind earlier work still under way."""
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
 
 
 def dlq_topic(topic: str) -> str:
@@ -245,8 +257,9 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
         self.consumer = consumer
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        async with self.consumer._lock:  # wait for the message in hand, then commit what is done
+        async with self.consumer._lock:  # wait for the message in hand and its work, then commit what is done
             self.consumer._owned -= set(revoked)  # fetched records of these are no longer ours to handle
+            await self.consumer._finish(set(revoked))
             await self.consumer._commit(set(revoked))
             log.info("kafka_partitions_revoked", group=self.consumer.group_id,
                      partitions=sorted(f"{tp.topic}/{tp.partition}" for tp in revoked))
@@ -262,10 +275,10 @@ class Consumer(Generic[T]):
     the offset only afterwards (at-least-once; handlers must tolerate duplicates, e.g. by `meta.id`)."""
 
     def __init__(self, settings: KafkaSettings, topics: Sequence[str], *, group_id: str, message_type: Any,
-                 handler: Callable[[T, Delivery], Awaitable[None]], dlq: Publisher | None = None,
+                 handler: Callable[[T, Delivery], Awaitable[asyncio.Future | None]], dlq: Publisher | None = None,
                  classify: Callable[[BaseException], Outcome] = default_classify,
                  retry: RetryPolicy = HANDLER_RETRY,
-                 redelivery_backoff_s: float = 1.0, max_records: int = 100,
+                 redelivery_backoff_s: float = 1.0, max_records: int = 100, pipeline: int = 1,
                  metrics: Metrics | None = None) -> None:
         self.group_id = group_id
         self.topics = list(topics)
@@ -280,6 +293,7 @@ class Consumer(Generic[T]):
         self._own_dlq = dlq is None
         self._consumer: AIOKafkaConsumer | None = None
         self._pending: dict[TopicPartition, int] = {}
+        self._unfinished = Unfinished(pipeline)  # work handlers left running, per partition in offset order
         self._owned: set[TopicPartition] = set()
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
@@ -316,6 +330,8 @@ class Consumer(Generic[T]):
         self._stopping.set()
         await self._idle.wait()
         if self._consumer is not None:
+            async with self._lock:
+                await self._finish(None)
             await self._commit(None)
             await self._consumer.stop()
             self._consumer = None
@@ -345,6 +361,9 @@ class Consumer(Generic[T]):
                     rewound |= await self._process(tp, records)
                     if self._stopping.is_set():
                         break
+                async with self._lock:
+                    for tp in self._unfinished.partitions():
+                        rewound |= await self._settle(tp)
                 await self._commit(None)
                 if rewound:
                     await self._pause(self._redelivery_backoff_s)
@@ -366,16 +385,59 @@ class Consumer(Generic[T]):
             async with self._lock:
                 if tp not in self._owned:
                     return False  # revoked while we worked; the new owner continues from the commit
-                if not await self._handle(record):
-                    self._consumer.seek(tp, record.offset)
-                    self._rewinds.labels(topic=tp.topic).inc()
+                await self._unfinished.room(tp)
+                if await self._settle(tp):
+                    return True  # earlier work failed: the partition was rewound to it
+                outcome = await self._handle(record)
+                if outcome is False:
+                    await self._rewind(tp, record.offset)
                     return True
-                self._pending[tp] = record.offset + 1
-                self._handled.labels(topic=tp.topic).inc()
+                if isinstance(outcome, asyncio.Future):
+                    self._unfinished.add(tp, record, outcome)
+                    continue
+                if not self._unfinished.empty(tp):  # done, but counted only after the earlier work
+                    self._unfinished.add(tp, record, _finished_future())
+                    continue
+                self._done(tp, record.offset)
         return False
 
-    async def _handle(self, record: ConsumerRecord) -> bool:
-        """True when the message is done with (handled or dead-lettered), False to redeliver it later."""
+    def _done(self, tp: TopicPartition, offset: int) -> None:
+        self._pending[tp] = offset + 1
+        self._handled.labels(topic=tp.topic).inc()
+
+    async def _rewind(self, tp: TopicPartition, offset: int) -> None:
+        """Redeliver from `offset`: the later work under way finishes first (handlers tolerate the replays)."""
+        assert self._consumer is not None
+        await self._unfinished.drain([tp])
+        self._unfinished.discard(tp)
+        self._consumer.seek(tp, offset)
+        self._rewinds.labels(topic=tp.topic).inc()
+
+    async def _settle(self, tp: TopicPartition, *, rewind: bool = True) -> bool:
+        """Count the finished work at the front of `tp` as done; True if a failure rewound the partition."""
+        for record, error in self._unfinished.finished(tp):
+            if error is None:
+                self._done(tp, record.offset)
+                continue
+            if not await self._failed(record, error):
+                if rewind:
+                    await self._rewind(tp, record.offset)
+                else:
+                    self._unfinished.discard(tp)  # nothing committed past it; whoever owns it next redelivers
+                return True
+            self._done(tp, record.offset)  # dead-lettered
+        return False
+
+    async def _finish(self, tps: set[TopicPartition] | None) -> None:
+        """Wait for the work under way of `tps` (all when None) and count what succeeded (revoke, stop)."""
+        await self._unfinished.drain(tps)
+        for tp in (tps if tps is not None else self._unfinished.partitions()):
+            await self._settle(tp, rewind=False)
+            self._unfinished.discard(tp)
+
+    async def _handle(self, record: ConsumerRecord) -> bool | asyncio.Future:
+        """True when the message is done with (handled or dead-lettered), False to redeliver it later, or the
+        future of the work its handler left running."""
         delivery = Delivery(record.topic, record.partition, record.offset, record.key,
                             tuple(record.headers or ()), record.timestamp)
         try:
@@ -383,9 +445,13 @@ class Consumer(Generic[T]):
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return await self._dead_letter(record, exc, "undecodable")
 
+        left: list[asyncio.Future] = []
+
         async def attempt() -> None:
             try:
-                await self._handler(message, delivery)
+                work = await self._handler(message, delivery)
+                if isinstance(work, asyncio.Future):
+                    left.append(work)
             except TransientError:
                 raise
             except Exception as exc:
@@ -395,21 +461,25 @@ class Consumer(Generic[T]):
 
         try:
             await retry_transient(attempt, policy=self._retry, what=f"handle:{record.topic}")
-            return True
+            return left[0] if left else True
         except Exception as exc:
-            cause = exc.__cause__ if isinstance(exc, TransientError) and exc.__cause__ else exc
-            outcome = self._classify(cause)
-            if outcome == "fatal":
-                log.error("kafka_handler_fatal", topic=record.topic, partition=record.partition,
-                          offset=record.offset, error=str(cause))
-                raise
-            if outcome == "transient":
-                log.warning("kafka_handler_retry_later", topic=record.topic, partition=record.partition,
-                            offset=record.offset, error=str(cause))
-                return False
-            log.exception("kafka_handler_failed", topic=record.topic, partition=record.partition,
-                          offset=record.offset)
-            return await self._dead_letter(record, cause, "handler_failed")
+            return await self._failed(record, exc)
+
+    async def _failed(self, record: ConsumerRecord, exc: BaseException) -> bool:
+        """A handler's (or its left work's) failure: True when dead-lettered, False to redeliver later."""
+        cause = exc.__cause__ if isinstance(exc, TransientError) and exc.__cause__ else exc
+        outcome = self._classify(cause)
+        if outcome == "fatal":
+            log.error("kafka_handler_fatal", topic=record.topic, partition=record.partition,
+                      offset=record.offset, error=str(cause))
+            raise exc
+        if outcome == "transient":
+            log.warning("kafka_handler_retry_later", topic=record.topic, partition=record.partition,
+                        offset=record.offset, error=str(cause))
+            return False
+        log.error("kafka_handler_failed", topic=record.topic, partition=record.partition, offset=record.offset,
+                  exc_type=type(exc).__name__, exc="".join(traceback.format_exception(exc)))
+        return await self._dead_letter(record, cause, "handler_failed")
 
     async def _dead_letter(self, record: ConsumerRecord, error: BaseException, reason: str) -> bool:
         assert self._dlq is not None
