@@ -26,6 +26,7 @@ from services.nodeagent.config import NodeAgentSettings
 from services.nodeagent.fake_backend import FakeInventory, gpus_for_node
 from services.nodeagent.handlers import (
     AgentConfig,
+    Annotate,
     NodeAgent,
     PodEvent,
     TickResult,
@@ -101,6 +102,8 @@ class NodeAgentApp:
         self.last_published: dict[str, float] = {}
         self.telemetry_sends: dict[str, asyncio.Task[None]] = {}  # node → its one outstanding send
         self.devices_seen: dict[str, tuple[str, ...]] = {}  # pod uid → GPUs (real mode)
+        self.node_locks: dict[str, asyncio.Lock] = {}  # one tick of a node at a time (full tick, waiting)
+        self.gate = asyncio.Semaphore(settings.parallel_nodes)
         self.ready = False
         self.config = AgentConfig(
             reservation_namespace=settings.reservation_namespace,
@@ -167,13 +170,7 @@ class NodeAgentApp:
     # ----- one tick ------------------------------------------------------------------------------------
     async def tick(self, now: float) -> None:
         nodes = await self.nodes()
-        for node in nodes:
-            try:
-                await self.tick_node(node, now)
-                self.ticks.labels(outcome="ok").inc()
-            except (TimeoutError, ApiException, OSError) as exc:
-                self.ticks.labels(outcome="error").inc()
-                log.warning("node_tick_failed", node=node.name, error=str(exc))
+        await asyncio.gather(*(self._tick_quietly(node, now) for node in nodes))
         served = {n.name for n in nodes}
         for gone in [n for n in self.agents if n not in served]:
             self.agents.pop(gone)
@@ -183,7 +180,22 @@ class NodeAgentApp:
                 inv.close()
         self.ready = True
 
+    async def _tick_quietly(self, node: NodeView, now: float) -> None:
+        """One node's tick, `parallel_nodes` at once (one process may serve many fake nodes); a failing node
+        is logged and the others go on."""
+        async with self.gate:
+            try:
+                await self.tick_node(node, now)
+                self.ticks.labels(outcome="ok").inc()
+            except (TimeoutError, ApiException, OSError) as exc:
+                self.ticks.labels(outcome="error").inc()
+                log.warning("node_tick_failed", node=node.name, error=str(exc))
+
     async def tick_node(self, node: NodeView, now: float) -> TickResult:
+        async with self.node_locks.setdefault(node.name, asyncio.Lock()):
+            return await self._tick_node(node, now)
+
+    async def _tick_node(self, node: NodeView, now: float) -> TickResult:
         inv = self.inventory(node)
         pods = await self.pods_on(node.name)
         sample = inv.sample() if isinstance(inv, FakeInventory) else await asyncio.to_thread(inv.sample)
@@ -235,14 +247,7 @@ class NodeAgentApp:
                   pods: list[PodView]) -> None:
         for note in result.notes:
             log.info("node_note", node=node.name, note=note)
-        for a in result.annotate:
-            resp = await self.core.patch_namespaced_pod(
-                a.name, a.namespace, {"metadata": {"annotations": {a.key: a.value}}}, _content_type=MERGE,
-                _preload_content=False)
-            if self.cache is not None:
-                self.cache.put_pod(await resp.json())  # write-through: the next tick sees it
-            log.info("gpu_assigned", node=node.name, pod=f"{a.namespace}/{a.name}", annotation=a.key,
-                     gpu=a.value)
+        await asyncio.gather(*(self.annotate(node.name, a) for a in result.annotate))  # different pods
         for event in result.events:
             self.collector.count(node.name, "report", event.reason)
             await self.event(node.name, event)
@@ -252,6 +257,14 @@ class NodeAgentApp:
         for cm in result.configmaps:
             await self.write_configmap(cm)
             agent.configmap_written(cm)
+
+    async def annotate(self, node: str, a: Annotate) -> None:
+        resp = await self.core.patch_namespaced_pod(
+            a.name, a.namespace, {"metadata": {"annotations": {a.key: a.value}}}, _content_type=MERGE,
+            _preload_content=False)
+        if self.cache is not None:
+            self.cache.put_pod(await resp.json())  # write-through: the next tick sees it
+        log.info("gpu_assigned", node=node, pod=f"{a.namespace}/{a.name}", annotation=a.key, gpu=a.value)
 
     async def kill(self, node: str, inv: GpuInventory, kill: Kill, pod: PodView | None) -> None:
         fields = {"node": node, "pod": kill.pod_key, "pid": kill.pid, "gpu": kill.gpu_uuid, "reason": kill.reason}
@@ -300,35 +313,45 @@ class NodeAgentApp:
 
     # ----- loop and HTTP -------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        """A full tick every `sample_period_s`; in between, a node that got a reservation pod without its GPU
-        is served at once (a binder waits on it), so shared-GPU binds do not wait for the next tick."""
+        """A full tick every `sample_period_s`; meanwhile, even during a full tick, a node that got a
+        reservation pod without its GPU is served at once (a binder waits on it), so shared-GPU binds wait
+        neither for the next tick nor for the other nodes' annotations in a burst."""
         loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            started = loop.time()
-            try:
-                await self.tick(started)
-            except (TimeoutError, ApiException, OSError) as exc:
-                self.ticks.labels(outcome="error").inc()
-                log.warning("tick_failed", error=str(exc))
-            while not stop.is_set() and (left := self.settings.sample_period_s - (loop.time() - started)) > 0:
-                if self.cache is None:
+        serving = asyncio.create_task(self._serve_waiting_forever()) if self.cache is not None else None
+        try:
+            while not stop.is_set():
+                started = loop.time()
+                try:
+                    await self.tick(started)
+                except (TimeoutError, ApiException, OSError) as exc:
+                    self.ticks.labels(outcome="error").inc()
+                    log.warning("tick_failed", error=str(exc))
+                left = self.settings.sample_period_s - (loop.time() - started)
+                if left > 0:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(stop.wait(), left)
-                    break
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.cache.wake.wait(), left)
+        finally:
+            if serving is not None:
+                serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+
+    async def _serve_waiting_forever(self) -> None:
+        assert self.cache is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.cache.wake.wait()
+            try:
                 await self.serve_waiting(loop.time())
+            except (TimeoutError, ApiException, OSError) as exc:
+                log.warning("serve_waiting_failed", error=str(exc))
 
     async def serve_waiting(self, now: float) -> None:
         """Tick the nodes whose reservation pods wait for a GPU (see `ClusterCache.waiting`)."""
         assert self.cache is not None
         self.cache.wake.clear()
         names, self.cache.waiting = self.cache.waiting, set()
-        for node in [n for n in await self.nodes() if n.name in names]:
-            try:
-                await self.tick_node(node, now)
-            except (TimeoutError, ApiException, OSError) as exc:
-                log.warning("node_tick_failed", node=node.name, error=str(exc))
+        await asyncio.gather(*(self._tick_quietly(node, now) for node in await self.nodes() if node.name in names))
 
     def close(self) -> None:
         for task in self.telemetry_sends.values():

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 from msgspec import Meta
 
 from services.nodeagent.memory_policy import POLICIES, PolicyConfig
-from shoal.settings import PositiveFloat, ServiceSettings
+from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings
 
 NonNegativeInt = Annotated[int, Meta(ge=0)]
 
@@ -25,6 +25,7 @@ class NodeAgentSettings(ServiceSettings, frozen=True, kw_only=True):
     node_pool_label: str = "kai.scheduler/node-pool"
     grace_period_s: Annotated[float, Meta(ge=0)] = 10.0  # SHOAL_GRACE_PERIOD_S: over share this long → kill
     sample_period_s: PositiveFloat = 1.0  # SHOAL_SAMPLE_PERIOD_S: policy tick
+    parallel_nodes: PositiveInt = 16  # SHOAL_PARALLEL_NODES: nodes ticked at once (one process, many fake nodes)
     telemetry_period_s: PositiveFloat = 10.0  # SHOAL_TELEMETRY_PERIOD_S: GpuUsage on Kafka
     release_timeout_s: PositiveFloat = 10.0
     context_allowance_mib: NonNegativeInt = 0  # per-process CUDA context allowance above a share

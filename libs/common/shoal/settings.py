@@ -86,6 +86,8 @@ class RedisSettings(Section, frozen=True, kw_only=True):
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     snapshot_retain_s: PositiveInt = 300  # how long a superseded snapshot revision stays readable
+    max_connections: PositiveInt = 64  # per process; a call waits for a free connection (bursts of binds)
+    pool_timeout_s: PositiveFloat = 20.0  # …this long at most, then it fails as a transient error
 
     def problems(self) -> list[str]:
         if not self.url.startswith(("redis://", "rediss://", "unix://")):

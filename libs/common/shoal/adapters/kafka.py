@@ -48,7 +48,9 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import ConsumerRecord
+from redis.exceptions import RedisError
 
+from shoal.adapters.redis_client import redis_error
 from shoal.adapters.unfinished import Unfinished
 from shoal.errors import InvariantBroken, PermanentError, ShoalError, TransientError
 from shoal.logging import get_logger
@@ -249,6 +251,8 @@ def default_classify(exc: BaseException) -> Outcome:
         return "transient"
     if isinstance(exc, KafkaError) and exc.retriable:
         return "transient"
+    if isinstance(exc, RedisError):  # a Redis call made without redis_call's mapping
+        return "transient" if isinstance(redis_error(exc), TransientError) else "permanent"
     return "permanent"
 
 
@@ -467,8 +471,10 @@ class Consumer(Generic[T]):
 
     async def _failed(self, record: ConsumerRecord, exc: BaseException) -> bool:
         """A handler's (or its left work's) failure: True when dead-lettered, False to redeliver later."""
+        # a TransientError is transient whatever caused it (redis_call maps a lost connection to one); the
+        # cause is what the log and the dead letter name
         cause = exc.__cause__ if isinstance(exc, TransientError) and exc.__cause__ else exc
-        outcome = self._classify(cause)
+        outcome = "transient" if isinstance(exc, TransientError) else self._classify(exc)
         if outcome == "fatal":
             log.error("kafka_handler_fatal", topic=record.topic, partition=record.partition,
                       offset=record.offset, error=str(cause))

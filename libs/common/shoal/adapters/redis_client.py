@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -28,7 +28,9 @@ REDIS_RETRY = RetryPolicy(attempts=4, initial_s=0.05, max_backoff_s=1.0, max_ela
 
 
 def connect_redis(settings: RedisSettings) -> Redis:
-    """A lazily connecting client; `decode_responses` is off so msgpack blobs stay bytes."""
+    """A lazily connecting client; `decode_responses` is off so msgpack blobs stay bytes. Its pool holds at
+    most `max_connections`; a call beyond that waits for one (up to `pool_timeout_s`) instead of failing at
+    once, so a burst of concurrent binds queues on the pool rather than losing a plan."""
     kwargs: dict[str, Any] = {
         "decode_responses": False,
         "socket_connect_timeout": 5,
@@ -42,7 +44,9 @@ def connect_redis(settings: RedisSettings) -> Redis:
     if settings.url.startswith("rediss://"):
         kwargs.update(ssl_ca_certs=settings.ssl_cafile, ssl_certfile=settings.ssl_certfile,
                       ssl_keyfile=settings.ssl_keyfile)
-    return Redis.from_url(settings.url, **kwargs)
+    pool = BlockingConnectionPool.from_url(settings.url, max_connections=settings.max_connections,
+                                           timeout=settings.pool_timeout_s, **kwargs)
+    return Redis.from_pool(pool)  # closing the client closes its pool
 
 
 def redis_error(exc: BaseException) -> ShoalError:
