@@ -18,7 +18,7 @@ from services.binder.reservation_watch import ReservationWatch
 from services.binder.reservations import stale_reservations
 from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
-from shoal.adapters.inflight import InFlight
+from shoal.adapters.inflight import InFlight, live
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.core.plan import (
     Annotate,
@@ -75,6 +75,7 @@ class Binder:
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
     _applying: dict[str, asyncio.Future] = field(default_factory=dict)  # shard → its latest plan under way
+    _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -115,11 +116,17 @@ class Binder:
         `parallel`. BindResults and decisions are sent without waiting for each (the producer batches them)
         and awaited together at the end of each phase."""
         started, phases = time.perf_counter(), []
-        for phase in ([op for op in plan.ops if isinstance(op, Reserve)],
-                      [op for op in plan.ops if isinstance(op, Bind)]):
-            await self._concurrently(plan, phase)
-            await self._flush(plan.plan_id)
-            phases.append(round(time.perf_counter() - started, 3))
+        binds = [op for op in plan.ops if isinstance(op, Bind)]
+        try:
+            for phase in ([op for op in plan.ops if isinstance(op, Reserve)], binds):
+                if phase is binds and binds:  # every lease in one read, each checked when its bind goes out
+                    self._leases[plan.plan_id] = await self.inflight.get_many(plan.shard,
+                                                                             [op.pod_uid for op in binds])
+                await self._concurrently(plan, phase)
+                await self._flush(plan.plan_id)
+                phases.append(round(time.perf_counter() - started, 3))
+        finally:
+            self._leases.pop(plan.plan_id, None)
         return phases
 
     async def _finish(self, plan: PlanIssued, binds: asyncio.Future, before: asyncio.Future | None) -> None:
@@ -207,7 +214,8 @@ class Binder:
 
     # ---- binds -----------------------------------------------------------------------------------
     async def bind(self, plan: PlanIssued, op: Bind) -> None:
-        entry = await self.inflight.get(plan.shard, op.pod_uid)
+        leases = self._leases.get(plan.plan_id)
+        entry = live(leases.get(op.pod_uid)) if leases is not None else await self.inflight.get(plan.shard, op.pod_uid)
         if entry is None or entry.plan_id != plan.plan_id:
             log.info("bind_skipped_stale", pod=op.pod, plan_id=plan.plan_id,
                      lease=entry.plan_id if entry else None)

@@ -52,6 +52,9 @@ class FakeInFlight:
     async def get(self, shard, pod_uid):
         return self.entries.get(pod_uid)
 
+    async def get_many(self, shard, pod_uids):
+        return {u: self.entries[u] for u in pod_uids if u in self.entries}
+
     async def remove(self, shard, pod_uids):
         return sum(self.entries.pop(u, None) is not None for u in pod_uids)
 

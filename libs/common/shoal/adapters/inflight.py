@@ -26,6 +26,12 @@ _decoder = msgspec.msgpack.Decoder(InFlightBind)
 LEASE_GUARD_S = 5.0
 
 
+def live(entry: InFlightBind | None, now_s: float | None = None) -> InFlightBind | None:
+    """The lease while it has at least LEASE_GUARD_S to run, else None."""
+    now = time.time() if now_s is None else now_s
+    return entry if entry is not None and entry.expires_at > now + LEASE_GUARD_S else None
+
+
 class InFlight:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
@@ -44,11 +50,15 @@ class InFlight:
         """The pod's lease, or None when it has none or the lease ends within LEASE_GUARD_S (a plan held up,
         e.g. by a Kafka outage, must not bind what later plans may have booked for others)."""
         raw = await self._redis.hget(redis_keys.inflight(shard), pod_uid)
-        if raw is None:
-            return None
-        entry = _decoder.decode(raw)
-        now = time.time() if now_s is None else now_s
-        return entry if entry.expires_at > now + LEASE_GUARD_S else None
+        return live(_decoder.decode(raw) if raw is not None else None, now_s)
+
+    async def get_many(self, shard: str, pod_uids: Iterable[str]) -> dict[str, InFlightBind]:
+        """The leases of these pods as stored, in one read; check each with `live` when it is used."""
+        fields = list(pod_uids)
+        if not fields:
+            return {}
+        values = await self._redis.hmget(redis_keys.inflight(shard), fields)
+        return {uid: _decoder.decode(raw) for uid, raw in zip(fields, values, strict=True) if raw is not None}
 
     async def remove(self, shard: str, pod_uids: Iterable[str]) -> int:
         fields = list(pod_uids)
