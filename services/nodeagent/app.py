@@ -180,10 +180,11 @@ class NodeAgentApp:
                 inv.close()
         self.ready = True
 
-    async def _tick_quietly(self, node: NodeView, now: float) -> None:
-        """One node's tick, `parallel_nodes` at once (one process may serve many fake nodes); a failing node
-        is logged and the others go on."""
-        async with self.gate:
+    async def _tick_quietly(self, node: NodeView, now: float, *, gated: bool = True) -> None:
+        """One node's tick; a failing node is logged and the others go on. Full ticks take `parallel_nodes`
+        at once (one process may serve many fake nodes); a node whose reservation pod waits is not queued
+        behind them (`gated=False`)."""
+        async with self.gate if gated else contextlib.nullcontext():
             try:
                 await self.tick_node(node, now)
                 self.ticks.labels(outcome="ok").inc()
@@ -351,7 +352,8 @@ class NodeAgentApp:
         assert self.cache is not None
         self.cache.wake.clear()
         names, self.cache.waiting = self.cache.waiting, set()
-        await asyncio.gather(*(self._tick_quietly(node, now) for node in await self.nodes() if node.name in names))
+        await asyncio.gather(*(self._tick_quietly(node, now, gated=False)
+                               for node in await self.nodes() if node.name in names))
 
     def close(self) -> None:
         for task in self.telemetry_sends.values():
