@@ -323,7 +323,7 @@ async def test_work_left_running_counts_only_when_it_and_all_earlier_work_finish
             work[0].set_result(None)
             await until(lambda: calls == [0, 1, 0, 1, 2])
             for seq in (1, 3, 2):
-                await until(lambda: seq in work and calls.count(seq) == (2 if seq < 2 else 1))
+                await until(lambda seq=seq: seq in work and calls.count(seq) == (2 if seq < 2 else 1))
                 work[seq].set_result(None)
         again: list[tuple[Any, Delivery]] = []
         async with running(Consumer(kafka, [topic], group_id=group, message_type=Message,
