@@ -302,8 +302,10 @@ class Binder:
             return ""
         deadline = time.monotonic() + self.reservation_timeout_s
         watch = self.reservations
-        read_at = 0.0  # when the pod itself is read next (always without a synced watch; else once a second)
+        # the pod itself is read when no synced watch serves it, and after each second without news
+        read_at = time.monotonic() + 1.0 if watch is not None and watch.synced else 0.0
         while True:
+            change = watch.next_change() if watch is not None else None  # before looking: none is missed
             uuid = watch.uuids.get(name) if watch is not None else None
             if uuid is None and (watch is None or not watch.synced or time.monotonic() >= read_at):
                 pod = await self._get(k.PODS, f"{ns}/{name}")
@@ -316,7 +318,7 @@ class Binder:
                 raise TimeoutError("Reached timeout while waiting for GPU reservation pod to be allocated "
                                    f"({ns}/{name} on node {node})")
             if watch is not None and watch.synced:
-                await watch.changed(timeout_s=1.0)
+                await watch.changed(timeout_s=1.0, change=change)
             else:
                 await asyncio.sleep(0.2)
 

@@ -6,8 +6,9 @@ A bind into a new shared GPU waits until the node agent has written the reservat
 
     watch = ReservationWatch(kube, "kai-resource-reservation")
     asyncio.create_task(watch.run())
+    change = watch.next_change()                    # first, so nothing that lands meanwhile is missed
     uuid = watch.uuids.get("gpu-reservation-…")      # None until the node agent wrote it
-    await watch.changed(timeout_s=1.0)              # returns on the next change (or after the timeout)
+    await watch.changed(timeout_s=1.0, change=change)  # returns at that change (or after the timeout)
 """
 
 from __future__ import annotations
@@ -44,10 +45,15 @@ class ReservationWatch:
         self._event.set()
         self._event = asyncio.Event()
 
-    async def changed(self, timeout_s: float) -> None:
-        """Return at the next change seen by the watch, or after `timeout_s`."""
+    def next_change(self) -> asyncio.Event:
+        """The event the next change sets: take it BEFORE looking at `uuids`, then wait on it, so a change
+        that lands while the waiter looks (or reads the pod) is not missed."""
+        return self._event
+
+    async def changed(self, timeout_s: float, change: asyncio.Event | None = None) -> None:
+        """Return at the next change seen by the watch (or `change`, taken earlier), or after `timeout_s`."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout_s)
+            await asyncio.wait_for((change or self._event).wait(), timeout_s)
 
     async def run(self) -> None:
         while True:

@@ -30,3 +30,16 @@ async def test_a_waiter_wakes_on_the_event_that_brings_the_gpu_id_not_after_its_
     assert time.monotonic() - started < 1.0 and watch.uuids == {"r1": "GPU-1"}
     watch._take(reservation("r1", "GPU-1"), deleted=True)
     assert watch.uuids == {}
+
+
+async def test_a_change_that_lands_while_the_waiter_looks_is_not_missed():
+    """Seen in the benchmark: the GPU id arrived while the binder read the reservation pod; it then waited on
+    the next change and slept its full second. The event taken before looking is already set."""
+    watch = ReservationWatch(None, "kai-resource-reservation")  # type: ignore[arg-type]
+    change = watch.next_change()
+    assert watch.uuids.get("r1") is None
+    watch._take(reservation("r1", "GPU-1"))  # lands while the waiter is busy (e.g. reading the pod)
+    watch._wake()
+    started = time.monotonic()
+    await watch.changed(timeout_s=5.0, change=change)
+    assert time.monotonic() - started < 1.0 and watch.uuids == {"r1": "GPU-1"}
