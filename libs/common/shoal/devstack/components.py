@@ -191,10 +191,15 @@ def kafka(state: Path, port: int, controller_port: int) -> tuple[ProcessSpec, li
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 characters)."""
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 characters), never starting
+    with "-" (as Kafka's own ids: the storage tool's argument parser read "-t -x…" as a missing value, which
+    failed one stack start in 64)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 def kafka_ready(bootstrap: str) -> bool:
