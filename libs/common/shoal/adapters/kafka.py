@@ -449,13 +449,9 @@ class Consumer(Generic[T]):
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return await self._dead_letter(record, exc, "undecodable")
 
-        left: list[asyncio.Future] = []
-
-        async def attempt() -> None:
+        async def attempt() -> asyncio.Future | None:
             try:
-                work = await self._handler(message, delivery)
-                if isinstance(work, asyncio.Future):
-                    left.append(work)
+                return await self._handler(message, delivery)
             except TransientError:
                 raise
             except Exception as exc:
@@ -464,8 +460,8 @@ class Consumer(Generic[T]):
                 raise
 
         try:
-            await retry_transient(attempt, policy=self._retry, what=f"handle:{record.topic}")
-            return left[0] if left else True
+            work = await retry_transient(attempt, policy=self._retry, what=f"handle:{record.topic}")
+            return work if isinstance(work, asyncio.Future) else True
         except Exception as exc:
             return await self._failed(record, exc)
 
