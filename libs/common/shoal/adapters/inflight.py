@@ -17,6 +17,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
+from shoal.adapters.redis_client import redis_call
 from shoal.messages.snapshot import InFlightBind
 
 _encoder = msgspec.msgpack.Encoder()
@@ -39,17 +40,17 @@ class InFlight:
     async def add(self, shard: str, entries: Iterable[InFlightBind]) -> None:
         mapping = {e.pod_uid or e.pod: _encoder.encode(e) for e in entries}
         if mapping:
-            await self._redis.hset(redis_keys.inflight(shard), mapping=mapping)
+            await redis_call("inflight_add", lambda: self._redis.hset(redis_keys.inflight(shard), mapping=mapping))
 
     async def all(self, shard: str) -> list[InFlightBind]:
-        raw = await self._redis.hgetall(redis_keys.inflight(shard))
+        raw = await redis_call("inflight_all", lambda: self._redis.hgetall(redis_keys.inflight(shard)))
         entries = [_decoder.decode(v) for v in raw.values()]
         return sorted(entries, key=lambda e: e.pod)
 
     async def get(self, shard: str, pod_uid: str, *, now_s: float | None = None) -> InFlightBind | None:
         """The pod's lease, or None when it has none or the lease ends within LEASE_GUARD_S (a plan held up,
         e.g. by a Kafka outage, must not bind what later plans may have booked for others)."""
-        raw = await self._redis.hget(redis_keys.inflight(shard), pod_uid)
+        raw = await redis_call("inflight_get", lambda: self._redis.hget(redis_keys.inflight(shard), pod_uid))
         return live(_decoder.decode(raw) if raw is not None else None, now_s)
 
     async def get_many(self, shard: str, pod_uids: Iterable[str]) -> dict[str, InFlightBind]:
@@ -57,19 +58,23 @@ class InFlight:
         fields = list(pod_uids)
         if not fields:
             return {}
-        values = await self._redis.hmget(redis_keys.inflight(shard), fields)
+        values = await redis_call("inflight_get_many", lambda: self._redis.hmget(redis_keys.inflight(shard), fields))
         return {uid: _decoder.decode(raw) for uid, raw in zip(fields, values, strict=True) if raw is not None}
 
     async def remove(self, shard: str, pod_uids: Iterable[str]) -> int:
         fields = list(pod_uids)
         if not fields:
             return 0
-        return int(await self._redis.hdel(redis_keys.inflight(shard), *fields))
+        return int(await redis_call("inflight_remove", lambda: self._redis.hdel(redis_keys.inflight(shard), *fields)))
 
     async def groups_in_flight(self) -> set[str]:
         """The shared-GPU groups of every shard's in-flight binds (their reservation pods must stay)."""
-        groups: set[str] = set()
-        async for key in self._redis.scan_iter(match=redis_keys.inflight_pattern(), count=100):
-            for raw in (await self._redis.hgetall(key)).values():
-                groups.update(_decoder.decode(raw).gpu_groups)
-        return groups
+
+        async def scan() -> set[str]:
+            groups: set[str] = set()
+            async for key in self._redis.scan_iter(match=redis_keys.inflight_pattern(), count=100):
+                for raw in (await self._redis.hgetall(key)).values():
+                    groups.update(_decoder.decode(raw).gpu_groups)
+            return groups
+
+        return await redis_call("inflight_groups", scan)
