@@ -1,19 +1,22 @@
-"""`shoal-admission`: settings → logging → run."""
+"""The admission service: the pod and queue webhooks.
+
+Serves the admission webhooks over HTTPS: validation and mutation of pods (fraction annotations,
+runtimeClass) and queues (sanity of parents and quotas).
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.admission.app import AdmissionSettings, build
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging
-from shoal.settings import settings_or_exit
+from services.admission.config import AdmissionSettings
+from shoal.adapters.dependencies import KUBE
+from shoal.adapters.startup import Service
+
+SERVICE = Service("admission", AdmissionSettings, "services.admission.app:build", needs=(KUBE,), about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(AdmissionSettings)
-    configure_logging("admission", settings.log_level)
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

@@ -6,60 +6,19 @@ from __future__ import annotations
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, ClassVar
 
 from aiohttp import web
-from msgspec import Meta
 
 from services.admission import registration
 from services.admission.certs import TlsFiles, self_signed
+from services.admission.config import AdmissionSettings, WebhookSettings
 from services.admission.handlers import Admission, PodEvents, RuntimeClassLookup
 from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, build_app
 from shoal.logging import get_logger
 from shoal.metrics import Metrics
-from shoal.settings import Port, Section, ServiceSettings
 
 log = get_logger("services.admission")
-
-
-class WebhookSettings(Section, frozen=True, kw_only=True):
-    host: str = ""  # SHOAL_WEBHOOK_HOST; empty: the same as SHOAL_HTTP_HOST (0.0.0.0 in a cluster)
-    port: Port = 8443  # SHOAL_WEBHOOK_PORT; 0 picks a free port
-    tls_cert_file: str = ""  # SHOAL_WEBHOOK_TLS_CERT_FILE; unset: a self-signed CA + cert in cert_dir
-    tls_key_file: str = ""
-    tls_ca_file: str = ""  # CA for the caBundle when registering with given files
-    cert_dir: str = ""  # where self-signed material goes (default: a temp dir)
-    register: bool = False  # SHOAL_WEBHOOK_REGISTER: create the webhook configurations (local stack, tests)
-    unregister_on_exit: bool = True
-    url_host: str = "127.0.0.1"  # the host the apiserver calls (url: https://<url_host>:<port>/...)
-    config_name: str = "shoal-admission"  # + "-<topic prefix>" when SHOAL_TOPIC_PREFIX is set
-    namespace_selector: str = ""  # `k=v,...`: only pods in namespaces with these labels
-    queue_selector: str = ""  # `k=v,...`: only queues with these labels
-    timeout_s: Annotated[int, Meta(ge=1, le=30)] = 5
-
-    def problems(self) -> list[str]:
-        if bool(self.tls_cert_file) != bool(self.tls_key_file):
-            return ["SHOAL_WEBHOOK_TLS_CERT_FILE and SHOAL_WEBHOOK_TLS_KEY_FILE: set both or neither"]
-        if self.register and self.tls_cert_file and not self.tls_ca_file:
-            return ["SHOAL_WEBHOOK_TLS_CA_FILE: required to register the webhooks with given certificate files"]
-        return []
-
-
-class AdmissionSettings(ServiceSettings, frozen=True, kw_only=True):
-    env_aliases: ClassVar[dict[str, str]] = {"scheduler_names": "SHOAL_SCHEDULER_NAME"}  # as shoal-config sets
-
-    scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
-    gpu_sharing: bool = True  # SHOAL_GPU_SHARING: false rejects every fraction pod (KAI's default)
-    runtime_class: str = "nvidia"  # SHOAL_RUNTIME_CLASS: injected into fraction pods if it exists; "none" disables
-    pod_events: bool = True  # SHOAL_POD_EVENTS: also a Warning event on a pod whose runtimeClass was skipped
-    webhook: WebhookSettings = WebhookSettings()
-
-    @property
-    def injected_runtime_class(self) -> str:
-        """The RuntimeClass to inject, "" when disabled (an empty variable keeps the default, so `none`)."""
-        value = self.runtime_class.strip()
-        return "" if value.lower() in ("", "none", '""', "''", "-") else value
 
 
 def tls_files(settings: WebhookSettings) -> TlsFiles:

@@ -1,19 +1,22 @@
-"""`shoal-api`: settings → logging → run."""
+"""The api service: Shoal's decisions, readable.
+
+Serves the decision stream over HTTP (SSE), the answers behind `shoal explain` and `shoal queues`, the
+dashboard and Prometheus metrics.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.api.app import ApiSettings, build
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging
-from shoal.settings import settings_or_exit
+from services.api.config import ApiSettings
+from shoal.adapters.dependencies import KAFKA, KUBE, REDIS
+from shoal.adapters.startup import Service
+
+SERVICE = Service("api", ApiSettings, "services.api.app:build", needs=(KAFKA, REDIS, KUBE), about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(ApiSettings)
-    configure_logging("api", settings.log_level)
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

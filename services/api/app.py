@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from services.api.config import ApiSettings
 from services.api.decisions import DecisionIndex, Hub, tail
 from services.api.handlers import Api
 from shoal.adapters import kube as k
@@ -15,19 +16,9 @@ from shoal.adapters.kafka import ensure_topics
 from shoal.adapters.redis_client import connect_redis, redis_ready
 from shoal.messages import topics
 from shoal.metrics import Metrics
-from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings
 
 API = web.AppKey("api", Api)
 TAIL_READY = web.AppKey("tail_ready", asyncio.Event)
-
-
-class ApiSettings(ServiceSettings, frozen=True, kw_only=True):
-    backlog: PositiveInt = 5000  # decisions per partition read back at start to fill the index
-    index_subjects: PositiveInt = 50_000  # subjects (pods, pod groups) the index keeps
-    index_per_subject: PositiveInt = 20  # decisions kept per subject
-    recent: PositiveInt = 200  # decisions kept for the dashboard
-    heartbeat_s: PositiveFloat = 15.0  # SSE keepalive comment interval
-    sse_queue: PositiveInt = 1000  # events buffered per SSE client before its oldest are dropped
 
 
 def build(settings: ApiSettings) -> web.Application:

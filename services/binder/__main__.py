@@ -1,19 +1,22 @@
-"""`shoal-binder`: settings → logging → run."""
+"""The binder: plans carried out on the Kubernetes API.
+
+Creates reservation pods, fraction ConfigMaps and env, bindings, evictions, PodGroup status and events for
+each plan, and publishes the results on Kafka.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.binder.app import BinderSettings, build
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging
-from shoal.settings import settings_or_exit
+from services.binder.config import BinderSettings
+from shoal.adapters.dependencies import KAFKA, KUBE, REDIS
+from shoal.adapters.startup import Service
+
+SERVICE = Service("binder", BinderSettings, "services.binder.app:build", needs=(KAFKA, REDIS, KUBE), about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(BinderSettings)
-    configure_logging("binder", settings.log_level)
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

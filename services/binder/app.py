@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Literal
 
 from aiohttp import web
 
+from services.binder.config import BinderSettings
 from services.binder.handlers import Binder
 from services.binder.reservation_watch import ReservationWatch
 from shoal.adapters import kube as k
@@ -21,20 +21,8 @@ from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.plan import PlanIssued
 from shoal.metrics import Metrics
-from shoal.settings import PositiveInt, ServiceSettings
 
 log = get_logger("services.binder")
-
-
-class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
-    reservation_namespace: str = "kai-resource-reservation"
-    reservation_timeout_s: float = 40.0
-    eviction_mode: Literal["evict", "delete"] = "evict"
-    group_id: str = "shoal-binder"
-    reservation_sync_s: float = 10.0  # how often idle reservation pods are looked for
-    reservation_grace_s: float = 30.0  # a reservation pod younger than this is never released
-    parallel: int = 64  # API calls in flight per plan phase (binds, evictions, status writes)
-    pipeline: PositiveInt = 4  # plans per shard under way at once (binds of the next while the rest of the last)
 
 
 BINDER = web.AppKey("binder", Binder)

@@ -1,19 +1,23 @@
-"""`shoal-fairshare`: settings → logging → run."""
+"""The fairshare service: each queue's share of its shard.
+
+On every snapshot, divides the shard's resources among its queues (deserved, fair share and allocated per
+resource) and publishes the figures on Kafka and in Redis.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.fairshare.app import FairShareSettings, build
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging
-from shoal.settings import settings_or_exit
+from services.fairshare.config import FairShareSettings
+from shoal.adapters.dependencies import KAFKA, REDIS
+from shoal.adapters.startup import Service
+
+SERVICE = Service("fairshare", FairShareSettings, "services.fairshare.app:build", needs=(KAFKA, REDIS),
+                  about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(FairShareSettings)
-    configure_logging("fairshare", settings.log_level)
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

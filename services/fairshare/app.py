@@ -6,26 +6,19 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from services.fairshare.config import FairShareSettings
 from services.fairshare.handlers import FairShare
 from shoal.adapters import redis_keys
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import Consumer
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.shard_snapshots import SnapshotReader
-from shoal.adapters.usage_history import UsageHistory, UsageSettings, usage_source
+from shoal.adapters.usage_history import UsageHistory, usage_source
 from shoal.adapters.wiring import bus_and_redis
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
-from shoal.settings import ServiceSettings
-
-
-class FairShareSettings(ServiceSettings, frozen=True, kw_only=True):
-    group_id: str = "shoal-fairshare"
-    min_interval_s: float = 1.0  # a shard's figures at most this often
-    usage: UsageSettings = UsageSettings()
-
 
 CONSUMER = web.AppKey("consumer", Consumer)
 

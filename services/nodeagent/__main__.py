@@ -1,23 +1,23 @@
-"""`python -m services.nodeagent` / `shoal-nodeagent`: settings → logging → run."""
+"""The node agent: GPUs on each node, shared and policed.
+
+Runs on each GPU node (DaemonSet, or one process for every fake node): puts GPU UUIDs on reservation pods,
+polices memory and compute shares (NVML or a fake GPU inventory) and publishes GPU usage on Kafka when Kafka
+is reachable.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.nodeagent.app import build
 from services.nodeagent.config import NodeAgentSettings
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging, get_logger
-from shoal.settings import redacted, settings_or_exit
+from shoal.adapters.dependencies import KUBE
+from shoal.adapters.startup import Service
 
-log = get_logger("services.nodeagent")
+SERVICE = Service("nodeagent", NodeAgentSettings, "services.nodeagent.app:build", needs=(KUBE,), about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(NodeAgentSettings)
-    configure_logging("nodeagent", settings.log_level)
-    log.info("nodeagent_starting", settings=redacted(settings))
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 from msgspec import Meta
 
 from services.nodeagent.memory_policy import POLICIES, PolicyConfig
-from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings
+from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings, doc
 
 NonNegativeInt = Annotated[int, Meta(ge=0)]
 
@@ -15,27 +15,30 @@ NonNegativeInt = Annotated[int, Meta(ge=0)]
 class NodeAgentSettings(ServiceSettings, frozen=True, kw_only=True):
     env_aliases: ClassVar[dict[str, str]] = {"backend": "SHOAL_GPU_SOURCE"}  # as deploy/k8s sets it
 
-    node_name: str = ""  # SHOAL_NODE_NAME: the node this agent serves (DaemonSet: from the downward API)
-    all_fake_nodes: bool = False  # SHOAL_ALL_FAKE_NODES: one process serves every node matching the selector
-    fake_node_selector: str = "shoal.io/fake-node=true"  # SHOAL_FAKE_NODE_SELECTOR (label selector)
-    backend: Literal["nvml", "fake"] = "nvml"  # SHOAL_BACKEND
-    reservation_namespace: str = "kai-resource-reservation"  # SHOAL_RESERVATION_NAMESPACE (shared with binder)
-    memory_policy: Literal["off", "report", "enforce"] = "report"  # SHOAL_MEMORY_POLICY: default for pools
-    pool_memory_policies: tuple[str, ...] = ()  # SHOAL_POOL_MEMORY_POLICIES=pool-a=enforce,pool-b=off
-    node_pool_label: str = "kai.scheduler/node-pool"
-    grace_period_s: Annotated[float, Meta(ge=0)] = 10.0  # SHOAL_GRACE_PERIOD_S: over share this long → kill
-    sample_period_s: PositiveFloat = 1.0  # SHOAL_SAMPLE_PERIOD_S: policy tick
-    parallel_nodes: PositiveInt = 16  # SHOAL_PARALLEL_NODES: nodes ticked at once (one process, many fake nodes)
-    telemetry_period_s: PositiveFloat = 10.0  # SHOAL_TELEMETRY_PERIOD_S: GpuUsage on Kafka
-    release_timeout_s: PositiveFloat = 10.0
-    context_allowance_mib: NonNegativeInt = 0  # per-process CUDA context allowance above a share
-    headroom_mib: NonNegativeInt = 0  # free memory reclaim keeps for a growing owner
-    dynamic_fractions: bool = True  # SHOAL_DYNAMIC_FRACTIONS: reclaim borrowed memory (GPUOOMKiller)
-    time_slicing_mode: Literal["none", "strict", "fair"] = "none"  # SHOAL_TIME_SLICING_MODE
-    mps_mode: bool = False  # SHOAL_MPS_MODE: write MPS limits into fraction pods' env ConfigMaps
-    swap_reserved_mib: NonNegativeInt = 2048
-    proc_root: str = "/proc"  # host /proc (the DaemonSet runs with hostPID)
-    publish_telemetry: bool = True  # SHOAL_PUBLISH_TELEMETRY: GpuUsage on Kafka (metrics are always served)
+    node_name: Annotated[str, doc("the node served (DaemonSet: from the downward API); required unless "
+                                  "SHOAL_ALL_FAKE_NODES")] = ""
+    all_fake_nodes: Annotated[bool, doc("one process serves every node matching the fake-node selector")] = False
+    fake_node_selector: Annotated[str, doc("label selector of the fake nodes")] = "shoal.io/fake-node=true"
+    backend: Annotated[Literal["nvml", "fake"], doc("where GPUs are read: NVML, or a fake inventory")] = "nvml"
+    reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (shared with the binder)")] = (
+        "kai-resource-reservation")
+    memory_policy: Annotated[Literal["off", "report", "enforce"], doc("for pools not in the list below")] = "report"
+    pool_memory_policies: Annotated[tuple[str, ...], doc("per pool: pool-a=enforce,pool-b=off")] = ()
+    node_pool_label: Annotated[str, doc("node label naming a node's pool")] = "kai.scheduler/node-pool"
+    grace_period_s: Annotated[float, Meta(ge=0), doc("over its share this long, a process is killed")] = 10.0
+    sample_period_s: Annotated[PositiveFloat, doc("policy tick")] = 1.0
+    parallel_nodes: Annotated[PositiveInt, doc("nodes ticked at once (one process, many fake nodes)")] = 16
+    telemetry_period_s: Annotated[PositiveFloat, doc("how often GpuUsage goes to Kafka")] = 10.0
+    release_timeout_s: Annotated[PositiveFloat, doc("wait for a killed process's memory before the next kill on "
+                                                    "that GPU")] = 10.0
+    context_allowance_mib: Annotated[NonNegativeInt, doc("per-process CUDA context allowance above a share")] = 0
+    headroom_mib: Annotated[NonNegativeInt, doc("free memory reclaim keeps for a growing owner")] = 0
+    dynamic_fractions: Annotated[bool, doc("reclaim borrowed memory (GPUOOMKiller)")] = True
+    time_slicing_mode: Annotated[Literal["none", "strict", "fair"], doc("GPU time-slicing of shared GPUs")] = "none"
+    mps_mode: Annotated[bool, doc("write MPS limits into fraction pods' env ConfigMaps")] = False
+    swap_reserved_mib: Annotated[NonNegativeInt, doc("memory kept back from the shares on swap-enabled nodes")] = 2048
+    proc_root: Annotated[str, doc("the host's /proc (the DaemonSet runs with hostPID)")] = "/proc"
+    publish_telemetry: Annotated[bool, doc("GpuUsage on Kafka (metrics are always served)")] = True
 
     def pool_policies(self) -> dict[str, str]:
         out = {}

@@ -1,19 +1,22 @@
-"""`shoal-planner`: settings → logging → run."""
+"""The planner: a snapshot and its fair share in, a plan out.
+
+Plans each shard it owns and publishes the plan on Kafka: binds, pipelines, evictions, reservations and
+PodGroup status, each with its reason.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.planner.app import PlannerSettings, build
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging
-from shoal.settings import settings_or_exit
+from services.planner.config import PlannerSettings
+from shoal.adapters.dependencies import KAFKA, REDIS
+from shoal.adapters.startup import Service
+
+SERVICE = Service("planner", PlannerSettings, "services.planner.app:build", needs=(KAFKA, REDIS), about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(PlannerSettings)
-    configure_logging("planner", settings.log_level)
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

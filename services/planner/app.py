@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from services.planner.config import PlannerSettings
 from services.planner.handlers import Planner, load_config_doc
 from shoal.adapters import redis_keys
 from shoal.adapters.http import Readiness, background, build_app
@@ -13,23 +14,12 @@ from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Consumer
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.shard_snapshots import SnapshotReader
-from shoal.adapters.usage_history import UsageSettings, usage_source
+from shoal.adapters.usage_history import usage_source
 from shoal.adapters.wiring import bus_and_redis
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
-from shoal.settings import ServiceSettings
-
-
-class PlannerSettings(ServiceSettings, frozen=True, kw_only=True):
-    shards: tuple[str, ...] = ()  # empty: every shard whose partition this instance is given
-    inflight_ttl_s: float = 60.0
-    fairshare_stale_revisions: int = 5
-    scheduler_config: str | None = None  # path of a SchedulerConfig YAML document
-    group_id: str = "shoal-planner"
-    usage: UsageSettings = UsageSettings()  # time-based fair share source (SHOAL_USAGE_*)
-
 
 CONSUMER = web.AppKey("consumer", Consumer)
 

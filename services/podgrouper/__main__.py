@@ -1,19 +1,22 @@
-"""`shoal-podgrouper`: settings → logging → run."""
+"""The podgrouper: a PodGroup for every pod Shoal schedules.
+
+Groups each pod with Shoal's schedulerName by its owner (Job, JobSet, LWS, Deployment, StatefulSet,
+PyTorchJob/MPIJob/..., RayCluster/RayJob, or the bare pod), with KAI's naming and defaults.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.podgrouper.app import PodGrouperSettings, build
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging
-from shoal.settings import settings_or_exit
+from services.podgrouper.config import PodGrouperSettings
+from shoal.adapters.dependencies import KUBE
+from shoal.adapters.startup import Service
+
+SERVICE = Service("podgrouper", PodGrouperSettings, "services.podgrouper.app:build", needs=(KUBE,), about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(PodGrouperSettings)
-    configure_logging("podgrouper", settings.log_level)
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

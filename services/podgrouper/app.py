@@ -4,29 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated, ClassVar
 
 from aiohttp import web
-from msgspec import Meta
 
+from services.podgrouper.config import PodGrouperSettings
 from services.podgrouper.handlers import PodGrouper
 from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.metrics import Metrics
-from shoal.settings import ServiceSettings
 
 GROUPER = web.AppKey("podgrouper", PodGrouper)
-
-
-class PodGrouperSettings(ServiceSettings, frozen=True, kw_only=True):
-    env_aliases: ClassVar[dict[str, str]] = {"scheduler_names": "SHOAL_SCHEDULER_NAME"}  # as shoal-config sets
-
-    scheduler_names: tuple[str, ...] = ("shoal-scheduler",)  # SHOAL_SCHEDULER_NAMES (comma-separated)
-    workers: Annotated[int, Meta(ge=1, le=64)] = 16  # SHOAL_WORKERS: pods grouped concurrently
-    retry_max_s: Annotated[float, Meta(gt=0)] = 30.0  # SHOAL_RETRY_MAX_S: backoff cap for unreadable owners
-
-    def problems(self) -> list[str]:
-        return [] if self.scheduler_names else ["SHOAL_SCHEDULER_NAMES: at least one scheduler name"]
 
 
 def build(settings: PodGrouperSettings) -> web.Application:

@@ -1,19 +1,23 @@
-"""`shoal-snapshotter`: settings → logging → run."""
+"""The snapshotter: the cluster as one versioned snapshot per shard.
+
+Watches nodes, pods, queues, PodGroups, PriorityClasses, Topologies and PDBs, keeps a snapshot of each shard
+(node pool) in Redis and announces every revision on Kafka (SnapshotPublished).
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
-from services.snapshotter.app import SnapshotterSettings, build
-from shoal.adapters.http import run_service
-from shoal.logging import configure_logging
-from shoal.settings import settings_or_exit
+from services.snapshotter.config import SnapshotterSettings
+from shoal.adapters.dependencies import KAFKA, KUBE, REDIS
+from shoal.adapters.startup import Service
+
+SERVICE = Service("snapshotter", SnapshotterSettings, "services.snapshotter.app:build", needs=(KAFKA, REDIS, KUBE),
+                  about=__doc__)
 
 
-def main() -> None:
-    settings = settings_or_exit(SnapshotterSettings)
-    configure_logging("snapshotter", settings.log_level)
-    asyncio.run(run_service(build(settings), settings.http))
+def main(argv: Sequence[str] | None = None) -> None:
+    SERVICE.main(argv)
 
 
 if __name__ == "__main__":

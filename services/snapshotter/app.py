@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from services.snapshotter.config import SnapshotterSettings
 from services.snapshotter.handlers import Snapshotter, now_text
 from services.snapshotter.mirror import Mirror
 from services.snapshotter.translate import Shards
@@ -15,20 +16,8 @@ from shoal.adapters.inflight import InFlight
 from shoal.adapters.shard_snapshots import SnapshotWriter
 from shoal.adapters.wiring import bus_and_redis
 from shoal.metrics import Metrics
-from shoal.settings import ServiceSettings
 
 WATCHED = (k.NODES, k.PODS, k.QUEUES, k.PODGROUPS, k.PRIORITY_CLASSES, k.TOPOLOGIES, k.PDBS)
-
-
-class SnapshotterSettings(ServiceSettings, frozen=True, kw_only=True):
-    scheduler_name: str = "shoal-scheduler"
-    shards: tuple[str, ...] = ()  # always publish these; shards with nodes are found by themselves
-    shard_prefix: str = ""  # only node pools whose name starts with this (several Shoals on one cluster)
-    debounce_s: float = 0.02  # publish once watch events pause this long…
-    max_delay_s: float = 0.1  # …but no later than this after the first change
-    heartbeat_s: float = 10.0  # a shard without changes is announced again after this long
-    base_every: int = 500  # deltas after which the whole model is stored again
-    require_podgroup: bool = True  # pending pods wait for their PodGroup (the podgrouper service makes it)
 
 
 SNAPSHOTTER = web.AppKey("snapshotter", Snapshotter)

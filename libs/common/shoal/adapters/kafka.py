@@ -29,8 +29,9 @@ Topics: `await ensure_topics(settings.kafka, ["shoal.plans.v1"], partitions=8)` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
@@ -114,6 +115,25 @@ def client_options(settings: KafkaSettings) -> dict[str, Any]:
     return opts
 
 
+@contextlib.asynccontextmanager
+async def _admin(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
+    """A started admin client (bootstrapped: a broker answered), closed afterwards; Kafka errors mapped."""
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    try:
+        await admin.start()
+        yield admin
+    except KafkaError as exc:
+        raise kafka_error(exc) from exc
+    finally:
+        await admin.close()
+
+
+async def kafka_reachable(settings: KafkaSettings) -> None:
+    """Return once a broker answers (bootstrap and metadata); raise the mapped error if none does."""
+    async with _admin(settings):
+        pass
+
+
 async def ensure_topics(settings: KafkaSettings, topics: Iterable[str], *, partitions: int = 1,
                         replication_factor: int = 1, with_dlq: bool = True,
                         configs: Mapping[str, str] | None = None) -> list[str]:
@@ -121,16 +141,10 @@ async def ensure_topics(settings: KafkaSettings, topics: Iterable[str], *, parti
     names = list(dict.fromkeys(topics))
     if with_dlq:
         names += [dlq_topic(t) for t in names if not t.endswith(DLQ_SUFFIX)]
-    admin = AIOKafkaAdminClient(**client_options(settings))
-    try:
-        await admin.start()
+    async with _admin(settings) as admin:
         response = await admin.create_topics([
             NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                      topic_configs=dict(configs or {})) for name in names])
-    except KafkaError as exc:
-        raise kafka_error(exc) from exc
-    finally:
-        await admin.close()
     created = []
     for name, code, *rest in response.topic_errors:
         if code == 0:

@@ -138,7 +138,10 @@ async def kube_call(operation: Callable[[], Awaitable[T]], *, idempotent: bool =
     return await retry_transient(mapped, policy=policy, what=f"kube:{what}")
 
 
-def _kubeconfig_path(settings: KubeSettings) -> Path | None:
+def kubeconfig_path(settings: KubeSettings) -> Path | None:
+    """The kubeconfig file to use (settings, then $KUBECONFIG, then ~/.kube/config); None: in-cluster."""
+    if settings.in_cluster:
+        return None
     candidates = [settings.kubeconfig] if settings.kubeconfig else []
     candidates += (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
     candidates.append(str(Path.home() / ".kube" / "config"))
@@ -146,22 +149,31 @@ def _kubeconfig_path(settings: KubeSettings) -> Path | None:
         if candidate and Path(candidate).expanduser().is_file():
             return Path(candidate).expanduser()
     if settings.kubeconfig:
-        raise ConfigError([f"SHOAL_KUBE_KUBECONFIG: {settings.kubeconfig} does not exist"])
+        raise ConfigError([f"SHOAL_KUBE_KUBECONFIG (or SHOAL_KUBECONFIG): {settings.kubeconfig} does not exist"])
     return None
+
+
+def config_source(settings: KubeSettings, path: Path | None) -> str:
+    """Where the client configuration comes from, for messages: a kubeconfig file or the pod's service account."""
+    if path is not None:
+        return f"kubeconfig {path}"
+    if settings.in_cluster:
+        return "in-cluster (SHOAL_KUBE_IN_CLUSTER)"
+    return f"in-cluster (no kubeconfig at $KUBECONFIG or {Path.home() / '.kube' / 'config'})"
 
 
 async def connect_kube(settings: KubeSettings) -> client.ApiClient:
     """An ApiClient from the kubeconfig (settings, then $KUBECONFIG, then ~/.kube/config) or in-cluster."""
     cfg = client.Configuration()
+    path = kubeconfig_path(settings)
     try:
-        path = None if settings.in_cluster else _kubeconfig_path(settings)
         if path is not None:
             await config.load_kube_config(config_file=str(path), context=settings.context,
                                           client_configuration=cfg)
         else:
             config.load_incluster_config(client_configuration=cfg)
     except ConfigException as exc:
-        raise ConfigError([f"kubernetes client configuration: {exc}"]) from exc
+        raise ConfigError([f"kubernetes client configuration, {config_source(settings, path)}: {exc}"]) from exc
     return client.ApiClient(configuration=cfg)
 
 

@@ -58,12 +58,21 @@ def redis_error(exc: BaseException) -> ShoalError:
     return PermanentError(f"redis: {type(exc).__name__}: {exc}")
 
 
+async def ping(redis: Redis) -> None:
+    """PING once with the error mapping, no retry (start-up checks, /readyz)."""
+    try:
+        await redis.ping()
+    except (RedisError, OSError) as exc:
+        raise redis_error(exc) from exc
+
+
 async def redis_ready(redis: Redis) -> bool:
     """For /readyz: True when Redis answers PING."""
     try:
-        return bool(await redis.ping())
-    except (RedisError, OSError):
+        await ping(redis)
+    except ShoalError:
         return False
+    return True
 
 
 async def redis_call(what: str, operation: Callable[[], Awaitable[Any]]) -> Any:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import msgspec
 from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
 from shoal.adapters.redis_client import redis_call
-from shoal.settings import PositiveFloat, PositiveInt, Section
+from shoal.settings import PositiveFloat, PositiveInt, Section, doc
 from shoal.usage import (
     Bucket,
     Sample,
@@ -142,21 +142,23 @@ class UsageSource(Protocol):
 
 
 class UsageSettings(Section, frozen=True, kw_only=True):
-    """Time-based fair share (SHOAL_USAGE_*): where usage comes from and how history is kept and weighed.
+    """Time-based fair share: where usage comes from, how its history is kept and weighed.
     With the Redis source the parameters the fairshare service recorded are used by every reader."""
 
-    enabled: bool = True
-    source: Literal["redis", "prometheus"] = "redis"
-    bucket_s: PositiveInt = 300
-    window_s: PositiveInt = 7 * 24 * 3600
-    half_life_s: int = 0
-    window_type: Literal["sliding", "tumbling"] = "sliding"
-    tumbling_start_s: int = 0
-    refresh_s: PositiveFloat = 10.0  # how often the usage is re-read
-    prometheus_url: str = ""
-    prometheus_allocation_query: str = ""  # default: shoal.adapters.prometheus_usage.ALLOCATION_QUERY
-    prometheus_capacity_query: str = ""  # default: shoal.adapters.prometheus_usage.CAPACITY_QUERY
-    prometheus_timeout_s: PositiveFloat = 10.0
+    enabled: Annotated[bool, doc("weigh queues' over-quota shares by their past usage")] = True
+    source: Annotated[Literal["redis", "prometheus"], doc("Shoal's own history in Redis, or Prometheus")] = "redis"
+    bucket_s: Annotated[PositiveInt, doc("history bucket length")] = 300
+    window_s: Annotated[PositiveInt, doc("usage window (604800: a week, KAI's default)")] = 7 * 24 * 3600
+    half_life_s: Annotated[int, doc("usage this old counts half (0: no decay)")] = 0
+    window_type: Annotated[Literal["sliding", "tumbling"], doc("the last window, or windows from the tumbling "
+                                                               "start")] = "sliding"
+    tumbling_start_s: Annotated[int, doc("epoch seconds where tumbling windows are anchored")] = 0
+    refresh_s: Annotated[PositiveFloat, doc("how often the usage is re-read")] = 10.0
+    prometheus_url: Annotated[str, doc("Prometheus base URL (source prometheus)")] = ""
+    # defaults: shoal.adapters.prometheus_usage.ALLOCATION_QUERY and CAPACITY_QUERY
+    prometheus_allocation_query: Annotated[str, doc("PromQL of allocation (empty: Shoal's query)")] = ""
+    prometheus_capacity_query: Annotated[str, doc("PromQL of capacity (empty: Shoal's query)")] = ""
+    prometheus_timeout_s: Annotated[PositiveFloat, doc("how long a Prometheus query may take")] = 10.0
 
     def params(self) -> UsageParams:
         return UsageParams(bucket_s=self.bucket_s, window_s=self.window_s, half_life_s=self.half_life_s,

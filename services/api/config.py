@@ -1,0 +1,20 @@
+"""The api service's settings (`SHOAL_*` environment variables; `shoal-api --help` lists them).
+
+Apart from `app.py` so that `--help` imports no client library (the Kubernetes client binds a socket at
+import).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings, doc
+
+
+class ApiSettings(ServiceSettings, frozen=True, kw_only=True):
+    backlog: Annotated[PositiveInt, doc("decisions per partition read back at start to fill the index")] = 5000
+    index_subjects: Annotated[PositiveInt, doc("subjects (pods, pod groups) the index keeps")] = 50_000
+    index_per_subject: Annotated[PositiveInt, doc("decisions kept per subject")] = 20
+    recent: Annotated[PositiveInt, doc("decisions kept for the dashboard")] = 200
+    heartbeat_s: Annotated[PositiveFloat, doc("SSE keepalive comment interval")] = 15.0
+    sse_queue: Annotated[PositiveInt, doc("events buffered per SSE client before its oldest are dropped")] = 1000

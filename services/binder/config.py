@@ -1,0 +1,25 @@
+"""The binder's settings (`SHOAL_*` environment variables; `shoal-binder --help` lists them).
+
+Apart from `app.py` so that `--help` imports no client library (the Kubernetes client binds a socket at
+import).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from shoal.settings import PositiveInt, ServiceSettings, doc
+
+
+class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
+    reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (shared with the node agent)")] = (
+        "kai-resource-reservation")
+    reservation_timeout_s: Annotated[float, doc("how long a reservation pod may take to get its GPU")] = 40.0
+    eviction_mode: Annotated[Literal["evict", "delete"], doc("evict: the Eviction API (PDBs hold); delete: as KAI")] = (
+        "evict")
+    group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-binder"
+    reservation_sync_s: Annotated[float, doc("how often idle reservation pods are looked for")] = 10.0
+    reservation_grace_s: Annotated[float, doc("a reservation pod younger than this is never released")] = 30.0
+    parallel: Annotated[int, doc("API calls in flight per plan phase (binds, evictions, status writes)")] = 64
+    # binds of the next plan while the rest of the last one is under way
+    pipeline: Annotated[PositiveInt, doc("plans per shard under way at once")] = 4

@@ -1,0 +1,21 @@
+"""The planner's settings (`SHOAL_*` environment variables; `shoal-planner --help` lists them).
+
+Apart from `app.py` so that `--help` imports no client library (the Kubernetes client binds a socket at
+import).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from shoal.adapters.usage_history import UsageSettings
+from shoal.settings import ServiceSettings, doc
+
+
+class PlannerSettings(ServiceSettings, frozen=True, kw_only=True):
+    shards: Annotated[tuple[str, ...], doc("shards planned here (empty: every shard of the partitions given)")] = ()
+    inflight_ttl_s: Annotated[float, doc("how long a planned bind holds its resources for the binder")] = 60.0
+    fairshare_stale_revisions: Annotated[int, doc("warn when fair-share figures lag more revisions than this")] = 5
+    scheduler_config: Annotated[str | None, doc("path of a SchedulerConfig YAML document")] = None
+    group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-planner"
+    usage: UsageSettings = UsageSettings()  # time-based fair share source (SHOAL_USAGE_*)
