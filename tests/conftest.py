@@ -18,6 +18,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -133,7 +134,11 @@ def real_node_stack(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield info
     finally:
         down(state)
-        left = leftovers.compare(before, leftovers.snapshot(), pids, state)
+        for _ in range(30):  # a killed process may take a moment to go
+            left = leftovers.compare(before, leftovers.snapshot(), pids, state)
+            if not left:
+                break
+            time.sleep(0.1)
         assert not left, f"`down` left these behind: {left}"
 
 

@@ -163,6 +163,10 @@ def up(
                     tie_to_parent=tie_to_parent,
                     say=say,
                 )
+                for name in realnode.component_names(state_dir):
+                    found = read_pid(state_dir, name)
+                    if found is not None:
+                        info.pids[name] = found[0]
             break
         except DevStackError as exc:
             _stop_everything(state_dir)

@@ -13,12 +13,13 @@ from __future__ import annotations
 from shoal.devstack.realnode import hostnet
 from shoal.devstack.realnode.config import REAL_NODE_LABEL
 from shoal.devstack.realnode.images import PAUSE_IMAGE, PROBE_IMAGE, import_image, probe_image
-from shoal.devstack.realnode.node import is_component, start, stop, trust_registry
+from shoal.devstack.realnode.node import component_names, is_component, start, stop, trust_registry
 
 __all__ = [
     "PAUSE_IMAGE",
     "PROBE_IMAGE",
     "REAL_NODE_LABEL",
+    "component_names",
     "hostnet",
     "import_image",
     "is_component",

@@ -4,7 +4,7 @@
 directories existed) in `<state>/realnode/host.json`, then creates the bridge `shoal-br0` with the node IPs,
 a route that keeps service-CIDR traffic on the bridge, forwarding on the bridge only, and SHOAL-* guard chains
 that drop anything forwarded between the bridge and any other interface. `teardown` puts all of it back: the
-bridge goes, KUBE-*/CNI-*/SHOAL-* chains that were not there before go (and the empty nftables tables
+bridge goes, KUBE-*/SHOAL-* chains that were not there before go (and the empty nftables tables
 iptables-nft made for them), the sysctls get their old values.
 
 The kernel here has no dummy interface driver, so the node IPs live on the bridge the stack creates.
@@ -25,7 +25,9 @@ BRIDGE = "shoal-br0"
 POD_NETWORK = "10.201.0.0/16"  # node i: IP 10.201.0.i, pods 10.201.i.2-254, gateway 10.201.0.1
 SERVICE_CIDR = "10.0.0.0/24"  # the apiserver's --service-cluster-ip-range
 CLUSTER_DNS_IP = "10.0.0.10"
-OUR_CHAIN_PREFIXES = ("KUBE-", "CNI-", "SHOAL-")
+# kube-proxy's and the kubelet's chains, and the guards. Not CNI-*: the bridge plugin without ipMasq makes none,
+# and other programs on the machine (podman's CNI firewall plugin) own such chains.
+OUR_CHAIN_PREFIXES = ("KUBE-", "SHOAL-")
 TABLES = ("filter", "nat", "mangle", "raw")
 # sysctls the kubelet sets when they differ (protectKernelDefaults=false): restored at teardown
 KUBELET_SYSCTLS = (
@@ -223,6 +225,8 @@ def teardown(state: Path) -> list[str]:
             path.write_text(value + "\n")
             done.append(f"sysctl {key}={value}")
     _remove_log_links(record)
+    if "/var/run/netns" in record.absent_dirs:
+        done += _unmount_netns_dir(Path("/var/run/netns").resolve())
     for d in record.absent_dirs:
         path = Path(d)
         if path.is_dir() and not any(path.iterdir()):
@@ -230,6 +234,30 @@ def teardown(state: Path) -> list[str]:
             done.append(f"dir {d}")
     _record_path(state).unlink(missing_ok=True)
     return done
+
+
+def _unmount_netns_dir(netns: Path) -> list[str]:
+    """containerd made the netns dir (absent before `up`) a shared bind mount of itself, holding the sandboxes'
+    namespaces; a namespace mounted before that bind sits hidden under it. Unmount top-down until none is left,
+    then remove the left-over namespace files (ours: the dir did not exist before)."""
+    removed = []
+    for _ in range(5):
+        points = [
+            ln.split()[4]
+            for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+            if ln.split()[4] == str(netns) or ln.split()[4].startswith(f"{netns}/")
+        ]
+        if not points:
+            break
+        for point in sorted(points, key=len):  # the dir's own bind first: it may hide the others
+            if subprocess.run(["umount", point], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", point], capture_output=True)
+            removed.append(f"mount {point}")
+    if netns.is_dir():
+        for entry in netns.iterdir():
+            if entry.name.startswith("cni-"):
+                entry.unlink(missing_ok=True)
+    return removed
 
 
 def _remove_log_links(record: HostRecord) -> None:

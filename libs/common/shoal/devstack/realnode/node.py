@@ -160,8 +160,12 @@ async def _cluster_dns(api: Any, dns_port: int) -> None:
     )
 
 
-def trust_registry(state: Path, host_port: str) -> list[Path]:
-    """Let every real node's containerd pull from the plain-HTTP registry at `host_port` (127.0.0.1:PORT)."""
+def trust_registry(state: Path | str, host_port: str) -> list[Path]:
+    """Let every real node's containerd pull from the plain-HTTP registry at `host_port` (127.0.0.1:PORT).
+
+    containerd 1.6 already falls back to plain HTTP for localhost and 127.0.0.1 registries; the hosts.toml makes
+    it explicit (no HTTPS attempt first) and covers any other address on this machine."""
+    state = Path(state)
     return [
         config.trust_registry(config.NodeDirs(state, i).certs_d, host_port)
         for i in range(1, node_count(state) + 1)
@@ -170,24 +174,43 @@ def trust_registry(state: Path, host_port: str) -> list[Path]:
 
 # ---- stopping -------------------------------------------------------------------------------------------
 def stop(state: Path) -> list[str]:
-    """Stop the real nodes and undo their host changes; return what was stopped or removed."""
+    """Stop the real nodes and undo their host changes; return what was stopped or removed.
+
+    Every step runs even when an earlier one failed; DevStackError names the failures at the end."""
     names = component_names(state)
     done: list[str] = []
+    failed: list[str] = []
+    nodes = [config.NodeDirs(state, i) for i in range(1, node_count(state) + 1)]
     kubelets = [n for n in names if n.startswith("kubelet-")]
-    stop_processes(state, kubelets, timeout_s=5.0)
-    for index in range(1, node_count(state) + 1):
-        done += _remove_containers(config.NodeDirs(state, index))
+    shims = {pid for node in nodes for pid in _shim_pids(node)}
+
+    def step(what: str, fn: Callable[[], list[str] | None]) -> None:
+        try:
+            done.extend(fn() or [])
+        except (OSError, subprocess.SubprocessError, DevStackError) as exc:
+            failed.append(f"{what}: {exc}")
+
+    step("stop kubelets", lambda: stop_processes(state, kubelets, timeout_s=5.0))
+    for node in nodes:
+        step(f"containers of {node.name}", lambda node=node: _remove_containers(node))
     rest = [n for n in names if n not in kubelets]
-    stop_processes(state, rest, timeout_s=5.0)
+    step("stop processes", lambda: stop_processes(state, rest, timeout_s=5.0))
     if "kube-proxy" in names:
-        subprocess.run(config.kube_proxy_cleanup(), capture_output=True, timeout=60)
-    for index in range(1, node_count(state) + 1):
-        node = config.NodeDirs(state, index)
-        done += _kill_shims(node)
-        _remove_cgroup_root(node.cgroup_root)
-    done += unmount_under(config.root(state))
-    done += hostnet.teardown(state)
+        step("kube-proxy --cleanup", _kube_proxy_cleanup)
+    for node in nodes:
+        left = {p for p in shims if _is_shim(p)} | set(_shim_pids(node)) | set(_cgroup_pids(node.cgroup_root))
+        step(f"processes of {node.name}", lambda left=left: _kill_left(left))
+        step(f"cgroups of {node.name}", lambda node=node: _remove_cgroup_root(node.cgroup_root))
+    step("mounts", lambda: unmount_under(config.root(state)))
+    step("host network", lambda: hostnet.teardown(state))
+    if failed:
+        raise DevStackError("real node clean-up incomplete: " + "; ".join(failed))
     return names + done
+
+
+def _kube_proxy_cleanup() -> list[str]:
+    subprocess.run(config.kube_proxy_cleanup(), capture_output=True, timeout=60)
+    return []
 
 
 def _remove_containers(node: config.NodeDirs) -> list[str]:
@@ -206,7 +229,10 @@ def _remove_containers(node: config.NodeDirs) -> list[str]:
         removed.append(f"container {cid[:12]}")
     for path in netns:
         subprocess.run(["umount", path], capture_output=True)
-        Path(path).unlink(missing_ok=True)
+        try:
+            Path(path).unlink(missing_ok=True)
+        except OSError:
+            pass  # hidden under a later bind mount of the netns dir: hostnet.teardown unmounts that first
         removed.append(f"netns {path}")
     return removed
 
@@ -224,19 +250,52 @@ def _sandbox_netns(socket: Path, cid: str) -> str:
     return ""
 
 
-def _kill_shims(node: config.NodeDirs) -> list[str]:
-    """containerd-shim processes left after containerd stopped (it records each shim's pid)."""
-    killed = []
+def _shim_pids(node: config.NodeDirs) -> list[int]:
+    """The node's containerd-shim processes: the pids containerd recorded, and any shim serving its socket."""
+    pids = []
     for pid_file in node.containerd_state.glob("io.containerd.runtime.v2.task/*/*/shim.pid"):
         try:
-            pid = int(pid_file.read_text().strip())
-            if b"containerd-shim" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                continue
-            os.kill(pid, 9)
-            killed.append(f"shim {pid}")
-            _wait_gone(pid)
+            pids.append(int(pid_file.read_text().strip()))
         except (OSError, ValueError):
             continue
+    address = f"-address\0{node.socket}\0".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and address in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return [p for p in pids if _is_shim(p)]
+
+
+def _is_shim(pid: int) -> bool:
+    try:
+        return b"containerd-shim" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _cgroup_pids(name: str) -> list[int]:
+    """Processes in the node's cgroups (the pods' processes, should a shim have died before them)."""
+    pids = set()
+    for hierarchy in _controllers():
+        for procs in (hierarchy / name.lstrip("/")).rglob("cgroup.procs"):
+            try:
+                pids |= {int(p) for p in procs.read_text().split()}
+            except (OSError, ValueError):
+                continue
+    return sorted(pids)
+
+
+def _kill_left(pids: set[int]) -> list[str]:
+    killed = []
+    for pid in sorted(pids):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            continue
+        killed.append(f"process {pid}")
+        _wait_gone(pid)
     return killed
 
 
