@@ -6,7 +6,9 @@ state dir, and stopped by pid at the end. Set SHOAL_KUBECONFIG, SHOAL_KAFKA_BOOT
 printed by `shoal dev up`) to attach to a running stack instead. A stack that cannot start is a test error
 with the reason, never a skip.
 
-Fixtures: stack (session), kube_api, namespace, topic_prefix, node_pool, gpu_nodes (function scope).
+Fixtures: stack (session), kube_api, namespace, topic_prefix, node_pool, gpu_nodes (function scope), and
+real_node_stack (session): a second stack with a real node (kubelet + containerd), for the tests that run real
+pods; it needs root, and its teardown fails the run if `down` left a process, mount, interface or chain.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -95,6 +98,48 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield info
     finally:
         down(state)
+
+
+@pytest.fixture(scope="session")
+def real_node_stack(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A stack of its own with one real node `real-node-1` (8 fake GPUs, pool `default`): a StackInfo.
+    Stopped with `down` at the end, which must leave the host as it found it (checked)."""
+    from shoal.devstack import DevStackError, down, up
+    from shoal.devstack.realnode import leftovers
+    from shoal.devstack.stack import RealNodeOptions
+
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("a real node needs root, and CI runs as root", pytrace=False)
+        pytest.skip("a real node needs root (bridge, iptables, mounts, cgroups)")
+    state = Path(tempfile.mkdtemp(prefix="shoal-realnode-"))
+    before = leftovers.snapshot()
+    atexit.register(down, state)
+    problem = ""
+    try:
+        with _uncaptured(request.config):
+            info = up(
+                state,
+                tie_to_parent=True,
+                real_node=RealNodeOptions(count=1, gpus=8),
+                say=lambda msg: print(msg, file=sys.stderr, flush=True),
+            )
+    except DevStackError as exc:
+        problem = f"stack with a real node failed to start: {exc}"
+    if problem:
+        down(state)
+        pytest.fail(problem, pytrace=False)
+    pids = dict(info.pids)
+    try:
+        yield info
+    finally:
+        down(state)
+        for _ in range(30):  # a killed process may take a moment to go
+            left = leftovers.compare(before, leftovers.snapshot(), pids, state)
+            if not left:
+                break
+            time.sleep(0.1)
+        assert not left, f"`down` left these behind: {left}"
 
 
 @pytest_asyncio.fixture

@@ -1,5 +1,6 @@
 """`shoal dev up|status|down|build`: the local stack (etcd, kube-apiserver, controller-manager, fake kubelet,
-fake GPU nodes, Kafka, Redis) on 127.0.0.1, started from the cached binaries.
+fake GPU nodes, Kafka, Redis) on 127.0.0.1, started from the cached binaries. `up --real-node` adds real
+nodes (kubelet + containerd, kube-proxy, CoreDNS, kube-scheduler; needs root) whose pods really run.
 
 Extra processes (Shoal's services, a demo workload) are added to `up` by appending a factory to
 `EXTRA_PROCESSES`: it gets the StackInfo and returns a ProcessSpec; `up` starts each one with the stack's
@@ -40,8 +41,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
         "--delete-delay", type=float, default=1.0, help="seconds before a graceful pod delete ends"
     )
     up.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
+    up.add_argument(
+        "--real-node",
+        dest="real_nodes",
+        action="store_const",
+        const=1,
+        default=0,
+        help="also run a real node (kubelet + containerd) advertising --gpus-per-node fake GPUs; needs root",
+    )
+    up.add_argument("--real-nodes", type=int, dest="real_nodes", metavar="N", help="run N real nodes")
 
-    sub.add_parser("build", help="build or fetch the stack's binaries into the cache (seconds when warm)")
+    build = sub.add_parser("build", help="build or fetch the stack's binaries into the cache (seconds when warm)")
+    build.add_argument("--real-node", action="store_true", help="also CoreDNS and the real node's images")
 
     status = sub.add_parser("status", help="show each component, its pid and whether it is alive and ready")
     status.add_argument("--state-dir", type=Path, default=default_state_dir(), help=state_help)
@@ -58,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dev_command == "up":
             return _up(args)
         if args.dev_command == "build":
-            return _build()
+            return _build(args.real_node)
         if args.dev_command == "status":
             return _status(args.state_dir)
         return _down(args.state_dir)
@@ -82,13 +93,28 @@ def _say(msg: str) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     from shoal.devstack import DevStackError, down, start_extra, up
+    from shoal.devstack.stack import RealNodeOptions
 
-    for flag, value in (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node)):
+    checks = (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node), ("--real-nodes", args.real_nodes))
+    for flag, value in checks:
         if value < 0:
             raise DevStackError(f"{flag} must be >= 0, got {value}")
+    real_node = (
+        RealNodeOptions(
+            count=args.real_nodes, gpus=args.gpus_per_node, gpu_memory_mib=args.gpu_memory_mib, pool=args.node_pool
+        )
+        if args.real_nodes
+        else None
+    )
     began = time.monotonic()
     try:
-        info = up(args.state_dir, tie_to_parent=args.foreground, delete_delay_s=args.delete_delay, say=_say)
+        info = up(
+            args.state_dir,
+            tie_to_parent=args.foreground,
+            delete_delay_s=args.delete_delay,
+            real_node=real_node,
+            say=_say,
+        )
     except KeyboardInterrupt:
         down(args.state_dir)
         return 130
@@ -96,6 +122,8 @@ def _up(args: argparse.Namespace) -> int:
         names = [f"gpu-{args.node_pool}-{i}" for i in range(1, args.nodes + 1)]
         asyncio.run(_create_nodes(info.kubeconfig, names, args))
         _say(f"devstack: {len(names)} fake GPU node(s) in pool {args.node_pool!r}: {', '.join(names) or '-'}")
+        if info.real_nodes:
+            _say(f"devstack: real node(s) in pool {args.node_pool!r}: {', '.join(info.real_nodes)}")
         for factory in EXTRA_PROCESSES:
             spec = factory(info)
             start_extra(args.state_dir, spec, tie_to_parent=args.foreground)  # type: ignore[arg-type]
@@ -164,12 +192,12 @@ async def _create_nodes(kubeconfig: str, names: list[str], args: argparse.Namesp
         )
 
 
-def _build() -> int:
+def _build(real_node: bool) -> int:
     from shoal.devstack import ensure_binaries
     from shoal.devstack.paths import cache_dir
 
     began = time.monotonic()
-    ensure_binaries(_say)
+    ensure_binaries(_say, real_node=real_node)
     _say(f"devstack: binaries ready in {cache_dir()} ({time.monotonic() - began:.1f}s)")
     return 0
 

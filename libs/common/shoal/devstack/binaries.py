@@ -13,13 +13,22 @@ from pathlib import Path
 from shoal.devstack import paths
 from shoal.devstack.errors import DevStackError
 
-K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
 
 # tool -> the fix a person should run when it is missing
 RUNTIME_TOOLS = {
     "redis-server": "apt-get install -y --no-install-recommends redis-server",
     "openssl": "apt-get install -y --no-install-recommends openssl",
     "java": "apt-get install -y --no-install-recommends default-jre-headless",
+}
+# what a real node (`shoal dev up --real-node`) runs besides the cached binaries
+REAL_NODE_TOOLS = {
+    "containerd": "apt-get install -y --no-install-recommends containerd runc",
+    "ctr": "apt-get install -y --no-install-recommends containerd",
+    "runc": "apt-get install -y --no-install-recommends runc",
+    "iptables": "apt-get install -y --no-install-recommends iptables",
+    "ip": "apt-get install -y --no-install-recommends iproute2",
+    "gcc": "apt-get install -y --no-install-recommends gcc libc6-dev",
 }
 BUILD_TOOLS = {
     "go": "install Go >= 1.24 (https://go.dev/dl) and put it on PATH",
@@ -31,8 +40,8 @@ def _kafka_ready() -> bool:
     return (paths.kafka_libs().parent / ".done").is_file() and paths.kafka_libs().is_dir()
 
 
-def missing_parts() -> list[str]:
-    """Names of the build scripts whose output is not in the cache yet."""
+def missing_parts(real_node: bool = False) -> list[str]:
+    """Names of the build scripts whose output is not in the cache yet (CoreDNS only for a real node)."""
     missing = []
     if not paths.etcd_bin().is_file():
         missing.append("build-etcd.sh")
@@ -40,17 +49,25 @@ def missing_parts() -> list[str]:
         missing.append("build-k8s.sh")
     if not _kafka_ready():
         missing.append("fetch-kafka.sh")
+    if real_node and not paths.coredns_bin().is_file():
+        missing.append("build-coredns.sh")
     return missing
 
 
-def check_runtime_tools() -> None:
-    for tool, fix in RUNTIME_TOOLS.items():
+def check_runtime_tools(real_node: bool = False) -> None:
+    tools = {**RUNTIME_TOOLS, **(REAL_NODE_TOOLS if real_node else {})}
+    for tool, fix in tools.items():
         if shutil.which(tool) is None:
             raise DevStackError(f"{tool} not found on PATH: run `{fix}`")
 
 
 def _run_script(script: str, say: Callable[[str], None]) -> None:
-    needs = {"build-etcd.sh": ("go",), "build-k8s.sh": ("go",), "fetch-kafka.sh": ("mvn", "java")}[script]
+    needs = {
+        "build-etcd.sh": ("go",),
+        "build-k8s.sh": ("go",),
+        "build-coredns.sh": ("go",),
+        "fetch-kafka.sh": ("mvn", "java"),
+    }[script]
     for tool in needs:
         if shutil.which(tool) is None:
             raise DevStackError(
@@ -84,14 +101,16 @@ def _last_line(log: Path) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-def ensure_binaries(say: Callable[[str], None] | None = None) -> None:
+def ensure_binaries(say: Callable[[str], None] | None = None, *, real_node: bool = False) -> None:
     """Run the build/fetch scripts for whatever is missing from the cache (resumable; a no-op when warm).
 
     Several processes may call this at once: a lock in the cache dir makes the second wait for the first.
+    With `real_node` CoreDNS and the real node's images are built too, and its host tools checked.
     """
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    check_runtime_tools()
-    if not missing_parts():
+    check_runtime_tools(real_node)
+    if not missing_parts(real_node):
+        _node_images(real_node)
         return
     cache = paths.cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -101,7 +120,18 @@ def ensure_binaries(say: Callable[[str], None] | None = None) -> None:
         except BlockingIOError:
             say("devstack: another process is building the cache; waiting for it")
             fcntl.flock(lock, fcntl.LOCK_EX)
-        for script in missing_parts():
+        for script in missing_parts(real_node):
             _run_script(script, say)
-    if missing_parts():
-        raise DevStackError(f"cache still incomplete after building: {', '.join(missing_parts())}")
+    if missing_parts(real_node):
+        raise DevStackError(f"cache still incomplete after building: {', '.join(missing_parts(real_node))}")
+    _node_images(real_node)
+
+
+def _node_images(real_node: bool) -> None:
+    """The pause and probe images (static C programs, cached; milliseconds when warm)."""
+    if real_node:
+        from shoal.devstack.realnode import images
+
+        images.pause_image()
+        images.probe_image()
+

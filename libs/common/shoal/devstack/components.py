@@ -6,13 +6,12 @@ import asyncio
 import ssl
 import sys
 import threading
-import urllib.request
 import uuid
 from pathlib import Path
 
 from shoal.devstack import paths
 from shoal.devstack.pki import Pki
-from shoal.devstack.procs import ProcessSpec, port_open, read_pid
+from shoal.devstack.procs import ProcessSpec, http_ok, port_open, read_pid
 
 KAFKA_JVM_OPTS = [
     "-Xms256m",
@@ -21,11 +20,6 @@ KAFKA_JVM_OPTS = [
     "-XX:TieredStopAtLevel=1",
     "-Djava.awt.headless=true",
 ]
-
-
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    with urllib.request.urlopen(url, timeout=2, context=context) as resp:  # noqa: S310 - loopback only
-        return resp.status == 200
 
 
 def admin_tls(pki: Pki) -> ssl.SSLContext:
@@ -52,67 +46,95 @@ def etcd(state: Path, client_port: int, peer_port: int) -> ProcessSpec:
             "--log-level=warn",
             "--quota-backend-bytes=4294967296",
         ],
-        ready=lambda: _http_ok(f"{client}/health"),
+        ready=lambda: http_ok(f"{client}/health"),
         ready_timeout_s=30,
     )
 
 
-def apiserver(state: Path, pki: Pki, etcd_port: int, port: int) -> ProcessSpec:
+def apiserver(state: Path, pki: Pki, etcd_port: int, port: int, node_ip: str | None = None) -> ProcessSpec:
+    """The apiserver on 127.0.0.1; with `node_ip` (a real node's stack) on that address instead, where pods
+    reach it through the `kubernetes` Service, with ServiceAccount admission and the endpoint reconciler on."""
+    host = node_ip or "127.0.0.1"
+    # TaintNodesByCondition would taint every new fake node not-ready:NoSchedule, and no node lifecycle
+    # controller (no kubelet) would ever lift it. Without a real node no pod needs a ServiceAccount token.
+    disabled = "TaintNodesByCondition" if node_ip else "ServiceAccount,TaintNodesByCondition"
+    real_node = (
+        [
+            f"--kubelet-client-certificate={pki.admin_cert}",
+            f"--kubelet-client-key={pki.admin_key}",
+            # the node's IP on the stack's bridge: never a name the host's resolver would be asked for
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
+        if node_ip
+        else ["--endpoint-reconciler-type=none"]
+    )
     return ProcessSpec(
         name="kube-apiserver",
         argv=[
             str(paths.k8s_bin("kube-apiserver")),
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={host}",
+            f"--advertise-address={host}",
             f"--secure-port={port}",
             f"--tls-cert-file={pki.serving_cert}",
             f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca_cert}",
             "--authorization-mode=RBAC",
-            f"--service-account-issuer=https://127.0.0.1:{port}",
+            f"--service-account-issuer=https://{host}:{port}",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            # TaintNodesByCondition would taint every new fake node not-ready:NoSchedule, and no node
-            # lifecycle controller (no kubelet) would ever lift it.
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            f"--disable-admission-plugins={disabled}",
             # Shoal's admission service is a webhook; both webhook plugins are on by default, named to be sure.
             "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-            "--endpoint-reconciler-type=none",
+            *real_node,
             f"--cert-dir={state / 'apiserver-certs'}",
             "--profiling=false",
             "--max-requests-inflight=800",
             "--max-mutating-requests-inflight=400",
             "--v=1",
         ],
-        ready=lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", admin_tls(pki)),
+        ready=lambda: http_ok(f"https://{host}:{port}/readyz", admin_tls(pki)),
         ready_timeout_s=90,
     )
 
 
-def controller_manager(pki: Pki, kubeconfig: Path, port: int) -> ProcessSpec:
+def secure_serving(kubeconfig: Path, port: int) -> list[str]:
+    """Flags of a controller-manager or scheduler: serve on 127.0.0.1:`port`, check callers with the apiserver."""
+    return [
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+    ]
+
+
+# Without a real node: what fake nodes need. With one: every default controller (service accounts, root CA,
+# endpoint slices, daemon sets, ...) except the node lifecycle controller, which would mark the fake nodes
+# (no kubelet heartbeats) unreachable and evict their pods.
+FAKE_NODE_CONTROLLERS = "job,garbagecollector,namespace,disruption,replicaset,deployment,statefulset"
+REAL_NODE_CONTROLLERS = "*,-node-lifecycle-controller"
+
+
+def controller_manager(pki: Pki, kubeconfig: Path, port: int, *, real_node: bool = False) -> ProcessSpec:
     return ProcessSpec(
         name="kube-controller-manager",
         argv=[
             str(paths.k8s_bin("kube-controller-manager")),
             f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
+            *secure_serving(kubeconfig, port),
             f"--service-account-private-key-file={pki.sa_key}",
             f"--root-ca-file={pki.ca_cert}",
-            "--controllers=job,garbagecollector,namespace,disruption,replicaset,deployment,statefulset",
+            f"--controllers={REAL_NODE_CONTROLLERS if real_node else FAKE_NODE_CONTROLLERS}",
             "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
             "--kube-api-qps=200",
             "--kube-api-burst=400",
             "--concurrent-job-syncs=10",
             "--v=1",
         ],
         # /healthz on the secure port needs authn; ours is the admin cert, which the CA signed.
-        ready=lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", _insecure_admin(pki)),
+        ready=lambda: http_ok(f"https://127.0.0.1:{port}/healthz", _insecure_admin(pki)),
         ready_timeout_s=60,
     )
 
@@ -303,13 +325,13 @@ def _ready_file_is_current(state: Path, ready_file: Path) -> bool:
         return False
 
 
-def probe(name: str, state: Path, port: int | None) -> bool | None:
+def probe(name: str, state: Path, port: int | None, apiserver_host: str = "127.0.0.1") -> bool | None:
     """A quick readiness check of a running core component (None when there is no check for `name`)."""
     pki = Pki(state / "pki")
     checks = {
-        "etcd": lambda: _http_ok(f"http://127.0.0.1:{port}/health"),
-        "kube-apiserver": lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", admin_tls(pki)),
-        "kube-controller-manager": lambda: _http_ok(
+        "etcd": lambda: http_ok(f"http://127.0.0.1:{port}/health"),
+        "kube-apiserver": lambda: http_ok(f"https://{apiserver_host}:{port}/readyz", admin_tls(pki)),
+        "kube-controller-manager": lambda: http_ok(
             f"https://127.0.0.1:{port}/healthz", _insecure_admin(pki)
         ),
         "kafka": lambda: port_open(port or 0),

@@ -18,6 +18,17 @@ NODE_POOL_LABEL = "kai.scheduler/node-pool"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
+def gpu_labels(gpus: int, gpu_memory_mib: int, gpu_product: str, pool: str) -> dict[str, str]:
+    """The labels fake-gpu-operator (and NVIDIA's GPU feature discovery) put on a GPU node, and the pool."""
+    return {
+        NODE_POOL_LABEL: pool,
+        "nvidia.com/gpu.present": "true" if gpus else "false",
+        "nvidia.com/gpu.count": str(gpus),
+        "nvidia.com/gpu.memory": str(gpu_memory_mib),
+        "nvidia.com/gpu.product": gpu_product,
+    }
+
+
 def node_body(
     name: str,
     *,
@@ -50,11 +61,7 @@ def node_body(
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 FAKE_NODE_LABEL: "true",
-                NODE_POOL_LABEL: pool,
-                "nvidia.com/gpu.present": "true" if gpus else "false",
-                "nvidia.com/gpu.count": str(gpus),
-                "nvidia.com/gpu.memory": str(gpu_memory_mib),
-                "nvidia.com/gpu.product": gpu_product,
+                **gpu_labels(gpus, gpu_memory_mib, gpu_product, pool),
                 **(labels or {}),
             },
         },
@@ -149,6 +156,28 @@ async def _create_one(core: client.CoreV1Api, body: dict[str, Any]) -> None:
         await core.patch_node_status(
             name, {"status": body["status"]}, _content_type="application/merge-patch+json"
         )
+
+
+async def advertise_gpus(
+    api_client: client.ApiClient,
+    name: str,
+    *,
+    gpus: int = 8,
+    gpu_memory_mib: int = 81920,
+    gpu_product: str = "NVIDIA-A100-SXM4-80GB",
+    pool: str = "default",
+) -> None:
+    """Make a node a kubelet runs look like a GPU node, the way fake-gpu-operator does: GPU labels, and
+    `nvidia.com/gpu` in status capacity/allocatable. The kubelet keeps extended resources it does not manage
+    (no device plugin registers nvidia.com/gpu here), so the status patch survives its status updates."""
+    core = client.CoreV1Api(api_client)
+    await core.patch_node(name, {"metadata": {"labels": gpu_labels(gpus, gpu_memory_mib, gpu_product, pool)}})
+    count = {GPU_RESOURCE: str(gpus)}
+    await core.patch_node_status(
+        name,
+        {"status": {"capacity": count, "allocatable": count}},
+        _content_type="application/merge-patch+json",
+    )
 
 
 async def delete_nodes(api_client: client.ApiClient, names: Iterable[str]) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 ETCD_VERSION = os.environ.get("SHOAL_ETCD_VERSION", "v3.6.16")
 K8S_VERSION = os.environ.get("SHOAL_K8S_VERSION", "v1.36.3")
 KAFKA_VERSION = os.environ.get("SHOAL_KAFKA_VERSION", "4.1.1")
+COREDNS_VERSION = os.environ.get("SHOAL_COREDNS_VERSION", "v1.14.7")
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "sh"
 
@@ -30,8 +31,12 @@ def etcd_bin() -> Path:
     return cache_dir() / "bin" / f"etcd-{ETCD_VERSION}" / "etcd"
 
 
+def coredns_bin() -> Path:
+    return cache_dir() / "bin" / f"coredns-{COREDNS_VERSION}" / "coredns"
+
+
 def k8s_bin(name: str) -> Path:
-    """One of kube-apiserver, kube-controller-manager, kube-scheduler, kubectl."""
+    """One of kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy."""
     return cache_dir() / "bin" / f"k8s-{K8S_VERSION}" / name
 
 

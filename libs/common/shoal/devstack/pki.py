@@ -99,8 +99,11 @@ def _sign(pki: Pki, key: Path, cert: Path, subject: str, ext: str, name: str) ->
     extfile.unlink()
 
 
-def make_pki(directory: Path) -> Pki:
-    """Write the CA, serving, admin and service-account keys into `directory` (about half a second)."""
+def make_pki(directory: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """Write the CA, serving, admin and service-account keys into `directory` (about half a second).
+
+    `extra_ips` are added to the serving certificate's SANs (a real node's apiserver address)."""
+    sans = ",".join([SERVING_SANS, *(f"IP:{ip}" for ip in extra_ips)])
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki(directory)
     _ec_key(pki.ca_key, directory)
@@ -130,7 +133,7 @@ def make_pki(directory: Path) -> Pki:
         pki.serving_cert,
         "/CN=kube-apiserver",
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-        f"extendedKeyUsage=serverAuth\nsubjectAltName={SERVING_SANS}\n",
+        f"extendedKeyUsage=serverAuth\nsubjectAltName={sans}\n",
         "apiserver",
     )
     _ec_key(pki.admin_key, directory)

@@ -12,8 +12,10 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +62,12 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
+
+
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """True when `url` (a server of the stack, on this machine) answers 200 within 2 s."""
+    with urllib.request.urlopen(url, timeout=2, context=context) as resp:  # noqa: S310 - local servers only
+        return resp.status == 200
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The whole local stack: start it under a state dir, describe it (StackInfo), report on it, stop it.
 
     info = up(state_dir)          # etcd, kube-apiserver, kube-controller-manager, fake kubelet, Kafka, Redis
+    info = up(state_dir, real_node=RealNodeOptions(count=1))   # ... plus real nodes (realnode/)
     print(status(state_dir))      # each component, pid, alive
     down(state_dir)               # stop by pid, remove the state dir
 
@@ -18,11 +19,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
-from shoal.devstack import components
+from shoal.devstack import components, realnode
 from shoal.devstack.binaries import ensure_binaries
 from shoal.devstack.errors import DevStackError
-from shoal.devstack.pki import make_pki, write_kubeconfig
+from shoal.devstack.pki import Pki, make_pki, write_kubeconfig
 from shoal.devstack.procs import (
     ProcessSpec,
     alive,
@@ -52,6 +54,7 @@ class StackInfo:
     pids: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     extras: list[str] = field(default_factory=list)
+    real_nodes: list[str] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         """The variables a process (or `StackInfo.from_env`) uses to attach to this stack."""
@@ -109,49 +112,97 @@ class StackInfo:
         )
 
 
+@dataclass(frozen=True)
+class RealNodeOptions:
+    """Real nodes (kubelet + containerd) next to the fake ones, advertising fake GPUs (needs root)."""
+
+    count: int = 1
+    gpus: int = 8
+    gpu_memory_mib: int = 81920
+    pool: str = "default"
+
+
 def up(
     state_dir: Path,
     *,
     tie_to_parent: bool = False,
     delete_delay_s: float = 1.0,
+    real_node: RealNodeOptions | None = None,
     say: Callable[[str], None] | None = None,
 ) -> StackInfo:
     """Start every component under `state_dir` (which must not hold a running stack) and wait until ready.
 
     On any failure the components already started are stopped again and DevStackError is raised.
     With `tie_to_parent` the servers die with the calling process (what the pytest fixtures use).
+    With `real_node` the apiserver listens on the first node's IP (on the stack's bridge) instead of 127.0.0.1.
     """
     say = say or (lambda _msg: None)
     state_dir = Path(state_dir).resolve()
     if any(row["alive"] for row in status(state_dir)):
         raise DevStackError(f"a stack is already running in {state_dir}: run `shoal dev down` first")
     _check_ours(state_dir)
-    ensure_binaries(say)
+    ensure_binaries(say, real_node=real_node is not None)
     for attempt in (1, 2):
         if state_dir.exists():
             shutil.rmtree(state_dir)
         state_dir.mkdir(parents=True)
         info = StackInfo(kubeconfig="", kafka_bootstrap="", redis_url="", state_dir=str(state_dir))
         try:
-            _start_core(state_dir, info, tie_to_parent, delete_delay_s, say)
+            node_ips = _setup_host(state_dir, real_node)
+            _start_core(state_dir, info, tie_to_parent, delete_delay_s, node_ips, say)
+            if real_node is not None:
+                info.real_nodes = realnode.start(
+                    state_dir,
+                    Path(info.kubeconfig),
+                    Pki(state_dir / "pki"),
+                    info.ports,
+                    count=real_node.count,
+                    gpus=real_node.gpus,
+                    gpu_memory_mib=real_node.gpu_memory_mib,
+                    pool=real_node.pool,
+                    tie_to_parent=tie_to_parent,
+                    say=say,
+                )
+                for name in realnode.component_names(state_dir):
+                    found = read_pid(state_dir, name)
+                    if found is not None:
+                        info.pids[name] = found[0]
             break
         except DevStackError as exc:
-            _stop_all(state_dir, CORE_COMPONENTS)
+            _stop_everything(state_dir)
             # a port picked free was taken before the server bound it: new ports, once
             if attempt == 2 or "port already in use" not in str(exc):
                 raise
             say(f"devstack: {exc}; starting again on other ports")
         except BaseException:
-            _stop_all(state_dir, CORE_COMPONENTS)
+            _stop_everything(state_dir)
             raise
     info.save()
     return info
 
 
+def _setup_host(state: Path, real_node: RealNodeOptions | None) -> tuple[str, ...]:
+    """The real nodes' bridge and guard rules, before the apiserver binds the first node's IP; the node IPs."""
+    if real_node is None:
+        return ()
+    if os.geteuid() != 0:
+        raise DevStackError("a real node needs root (bridge, iptables, mounts, cgroups)")
+    if real_node.count < 1:
+        raise DevStackError(f"real node count must be >= 1, got {real_node.count}")
+    realnode.hostnet.setup(state, real_node.count)
+    return tuple(realnode.hostnet.node_ip(i) for i in range(1, real_node.count + 1))
+
+
 def _start_core(
-    state: Path, info: StackInfo, tie: bool, delete_delay_s: float, say: Callable[[str], None]
+    state: Path,
+    info: StackInfo,
+    tie: bool,
+    delete_delay_s: float,
+    node_ips: tuple[str, ...],
+    say: Callable[[str], None],
 ) -> None:
     """Start the servers, overlapping the slow ones: Kafka's JVM boots while the apiserver does."""
+    node_ip = node_ips[0] if node_ips else None
     began = time.monotonic()
     launched: dict[str, tuple[ProcessSpec, int]] = {}
 
@@ -180,12 +231,12 @@ def _start_core(
         launch_(components.etcd(state, etcd_port, info.ports["etcd-peer"]))
         launch_(components.redis(state, redis_port))
         info.redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        pki = make_pki(state / "pki")
-        info.apiserver_url = f"https://127.0.0.1:{apiserver_port}"
+        pki = make_pki(state / "pki", node_ips)
+        info.apiserver_url = f"https://{node_ip or '127.0.0.1'}:{apiserver_port}"
         kubeconfig = write_kubeconfig(state / "kubeconfig", info.apiserver_url, pki)
         info.kubeconfig = str(kubeconfig)
         ready("etcd")
-        launch_(components.apiserver(state, pki, etcd_port, apiserver_port))
+        launch_(components.apiserver(state, pki, etcd_port, apiserver_port, node_ip))
         # the fake kubelet retries its first list until the apiserver answers: start it now, so its
         # interpreter start-up overlaps the apiserver's
         launch_(components.fake_kubelet(state, kubeconfig, delete_delay_s))
@@ -207,7 +258,11 @@ def _start_core(
     ready("redis")
     ready("kube-apiserver")
     info.ports["kube-controller-manager"] = free_port()
-    launch_(components.controller_manager(pki, kubeconfig, info.ports["kube-controller-manager"]))
+    launch_(
+        components.controller_manager(
+            pki, kubeconfig, info.ports["kube-controller-manager"], real_node=node_ip is not None
+        )
+    )
     for name in ("kube-controller-manager", "fakekubelet", "kafka"):
         ready(name)
 
@@ -234,10 +289,11 @@ def status(state_dir: Path) -> list[dict[str, object]]:
         info = None
         names = [p.stem for p in sorted((state_dir / "pids").glob("*.pid"))]
     rows: list[dict[str, object]] = []
+    host = (urlparse(info.apiserver_url).hostname if info else None) or "127.0.0.1"
     for name in names:
         found = read_pid(state_dir, name)
         is_alive = bool(found and alive(*found))
-        ready = components.probe(name, state_dir, info.ports.get(name)) if info and is_alive else None
+        ready = components.probe(name, state_dir, info.ports.get(name), host) if info and is_alive else None
         rows.append({"name": name, "pid": found[0] if found else None, "alive": is_alive, "ready": ready})
     return rows
 
@@ -258,6 +314,12 @@ def _stop_all(state_dir: Path, names: Iterable[str]) -> None:
     stop_processes(state_dir, list(names), timeout_s=3.0)
 
 
+def _stop_everything(state_dir: Path) -> None:
+    """After a failed start: the real nodes (and their host changes), then the core."""
+    realnode.stop(state_dir)
+    _stop_all(state_dir, CORE_COMPONENTS)
+
+
 def down(state_dir: Path, *, keep_state: bool = False) -> list[str]:
     """Stop every recorded process by pid (extras first, then the core components); remove the state.
 
@@ -268,13 +330,15 @@ def down(state_dir: Path, *, keep_state: bool = False) -> list[str]:
         return []
     recorded = [p.stem for p in (state_dir / "pids").glob("*.pid")]
     core = [n for n in CORE_COMPONENTS if n in recorded]
-    others = [n for n in recorded if n not in core]  # extras: Shoal's services and the like, first
+    # extras (Shoal's services and the like) first, then the real nodes, whose clean-up needs no apiserver
+    others = [n for n in recorded if n not in core and not realnode.is_component(n)]
     _stop_all(state_dir, others)
+    node_parts = realnode.stop(state_dir)
     _stop_all(state_dir, core)
     if keep_state:
-        return others + core
+        return others + node_parts + core
     if (state_dir / INFO_FILE).exists() or (state_dir / "pids").is_dir():
         shutil.rmtree(state_dir, ignore_errors=True)
     elif not any(state_dir.iterdir()):
         state_dir.rmdir()
-    return others + core
+    return others + node_parts + core

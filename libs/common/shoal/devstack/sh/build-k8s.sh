@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from the Go module proxy.
-# Resumable: each binary is built once; the Go module and build caches live in the cache dir.
+# Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet and kube-proxy from the Go
+# module proxy. Resumable: each binary is built once (a cache holding some gets only the missing ones); the Go
+# module and build caches live in the cache dir.
 set -euo pipefail
-CACHE=${SHOAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shoal}
-mkdir -p "$CACHE"
-# One builder at a time per part: a second run waits for the first, then finds the cache warm.
-exec 9>"$CACHE/.k8s.lock"
-flock -n 9 || { echo "k8s: another build is running; waiting for it"; flock 9; }
+. "$(dirname "$0")/common.sh"
+one_builder k8s
 K8S=${SHOAL_K8S_VERSION:-v1.36.3}
 STAGING=v0${K8S#v1}
 BIN=$CACHE/bin/k8s-$K8S
 WRAP=$CACHE/src/k8s-$K8S
-export GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build GOFLAGS=-buildvcs=false CGO_ENABLED=0
 mkdir -p "$BIN" "$WRAP"
-want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 missing=()
 for b in "${want[@]}"; do [ -x "$BIN/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "k8s $K8S: cached in $BIN"; exit 0; fi
 cd "$WRAP"
-if [ ! -f go.sum ] || [ ! -f .tidy-done ]; then
+# tools.go imports every wanted command; the module graph is tidied again whenever that list changes (a cache
+# tidied for fewer commands lacks go.sum lines for the new ones)
+imports=$(printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${want[@]}")
+if [ ! -f go.sum ] || [ "$(cat .tidy-done 2>/dev/null)" != "$imports" ]; then
   echo "k8s $K8S: resolving modules (staging $STAGING)"
   staging="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider cluster-bootstrap
     code-generator component-base component-helpers controller-manager cri-api cri-client csi-translation-lib
@@ -34,20 +34,9 @@ if [ ! -f go.sum ] || [ ! -f .tidy-done ]; then
     echo
     for m in $staging; do echo "replace k8s.io/$m => k8s.io/$m $STAGING"; done
   } > go.mod
-  cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  printf '//go:build tools\n\npackage tools\n\nimport (\n%s\n)\n' "$imports" > tools.go
   go mod tidy
-  touch .tidy-done
+  printf '%s' "$imports" > .tidy-done
 fi
 minor=${K8S#v1.}; minor=${minor%%.*}
 ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"

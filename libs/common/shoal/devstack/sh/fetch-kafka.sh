@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Fetch Apache Kafka (KRaft) jars from Maven Central into the cache: libs/ for `java -cp 'libs/*'`.
 set -euo pipefail
-CACHE=${SHOAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shoal}
-mkdir -p "$CACHE"
-# One builder at a time per part: a second run waits for the first, then finds the cache warm.
-exec 9>"$CACHE/.kafka.lock"
-flock -n 9 || { echo "kafka: another build is running; waiting for it"; flock 9; }
+. "$(dirname "$0")/common.sh"
+one_builder kafka
 V=${SHOAL_KAFKA_VERSION:-4.1.1}
 LOG4J=${SHOAL_LOG4J_VERSION:-2.25.3}
 SLF4J=${SHOAL_SLF4J_VERSION:-2.0.17}
