@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,14 @@ from shoal.adapters import kube as k
 from shoal.errors import NotFoundError, ShoalError
 from shoal.logging import get_logger
 from shoal.metrics import Metrics
+
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # lowercase, no vowels (no words), as Kubernetes' generated names
+
+
+def random_suffix(length: int = 7) -> str:
+    """The random part of a fraction pod's ConfigMap prefix."""
+    return "".join(secrets.choice(_ALPHABET) for _ in range(length))
+
 
 log = get_logger("services.admission")
 
@@ -124,11 +133,11 @@ class Admission:
 
     async def mutate_pod(self, review: dict, uid: str) -> dict:
         pod = self._object(review)
-        if not self._ours(pod) or not self.runtime_class or not t.is_sharing_request(pod):
+        if not self._ours(pod) or not t.is_sharing_request(pod):
             return review_response(uid, allowed=True)
-        exists = await self.runtime_class_exists(self.runtime_class)
+        exists = await self.runtime_class_exists(self.runtime_class) if self.runtime_class else False
         mutation = t.mutate_pod(pod, runtime_class=self.runtime_class, runtime_class_exists=bool(exists),
-                                gpu_sharing=self.gpu_sharing)
+                                gpu_sharing=self.gpu_sharing, random7=random_suffix())
         warnings = list(mutation.warnings)
         if exists is None and warnings:
             warnings = [f"could not read RuntimeClass {self.runtime_class!r}: runtimeClassName not injected"]

@@ -1,5 +1,6 @@
 """Pure admission rules: pod fraction validation (KAI's exact messages, reference §5.1 / S31), pod mutation
-(`runtimeClassName` for fraction pods, only when that RuntimeClass exists: SPEC §2.8) and queue sanity
+(the GPU container's env from the pod's GPU ConfigMaps, as KAI's; `runtimeClassName` for fraction pods, only
+when that RuntimeClass exists: SPEC §2.8) and queue sanity
 (SPEC §2.1, reference §2.1). No I/O: the handlers pass in what they read from the cluster.
 """
 
@@ -11,6 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from shoal.core.ingest import gpu_env
 
 GPU_FRACTION = "gpu-fraction"
 GPU_MEMORY = "gpu-memory"
@@ -129,20 +132,24 @@ class Mutation:
     warnings: list[str] = field(default_factory=list)
 
 
-def mutate_pod(pod: Mapping, *, runtime_class: str, runtime_class_exists: bool, gpu_sharing: bool = True) -> Mutation:
-    """Inject `runtimeClassName` into a valid fraction pod that has none, only if that RuntimeClass exists."""
-    if not runtime_class or not is_sharing_request(pod) or validate_pod(pod, gpu_sharing=gpu_sharing) is not None:
+def mutate_pod(pod: Mapping, *, runtime_class: str, runtime_class_exists: bool, gpu_sharing: bool = True,
+               random7: str = "0000000") -> Mutation:
+    """A valid fraction pod's GPU container gets its env from the pod's GPU ConfigMaps (KAI's names, see
+    `shoal.core.ingest.gpu_env`; `random7` makes the prefix unique), and `runtimeClassName` is injected when
+    the pod has none, only if that RuntimeClass exists."""
+    if not is_sharing_request(pod) or validate_pod(pod, gpu_sharing=gpu_sharing) is not None:
         return Mutation()
     annotations = _annotations(pod)
     if GPU_FRACTION not in annotations and GPU_MEMORY not in annotations:
         return Mutation()
-    if _map(pod.get("spec")).get("runtimeClassName"):
-        return Mutation()
+    patch = gpu_env.env_patch(pod, random7)
+    if not runtime_class or _map(pod.get("spec")).get("runtimeClassName"):
+        return Mutation(patch=patch)
     if not runtime_class_exists:
-        return Mutation(warnings=[
+        return Mutation(patch=patch, warnings=[
             f"RuntimeClass {runtime_class!r} does not exist in the cluster: runtimeClassName not injected into "
             f"GPU-sharing pod {pod_display_name(pod)}"])
-    return Mutation(patch=[{"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class}])
+    return Mutation(patch=[*patch, {"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class}])
 
 
 # ---- queues ------------------------------------------------------------------------------------------------

@@ -283,8 +283,9 @@ class Binder:
         if pod is None:
             raise NotFoundError(f"pod {op.pod} is gone")
         namespace, name = ko.split(op.pod)
+        capabilities, evar = ko.fraction_configmaps(pod, uuids, op.fraction or "")
         await asyncio.gather(
-            self._apply_configmap(ko.fraction_configmap(pod, uuids, op.fraction or "")),
+            self._apply_configmap(capabilities), self._ensure_configmap(evar),
             self.kube.patch(k.PODS, name, {"metadata": {
                 "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
                 "annotations": {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type}}}, namespace=namespace))
@@ -334,6 +335,13 @@ class Binder:
             log.info("reservation_pod_released", pod=pod["metadata"]["name"],
                      gpu_group=pod["metadata"]["labels"].get(ko.GPU_GROUP_LABEL))
         return len(stale)
+
+    async def _ensure_configmap(self, cm: dict) -> None:
+        """Create it unless it exists (its data may be the node agent's)."""
+        try:
+            await self.kube.create(k.CONFIGMAPS, cm, namespace=cm["metadata"]["namespace"])
+        except ConflictError:
+            pass
 
     async def _apply_configmap(self, cm: dict) -> None:
         meta = cm["metadata"]

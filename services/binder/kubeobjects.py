@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
+from shoal.core.ingest import gpu_env
 from shoal.core.plan import SetCondition
 
 GPU_GROUP_LABEL = "runai-gpu-group"
 RESERVE_ANNOTATION = "run.ai/reserve_for_gpu_index"
 RECEIVED_TYPE_ANNOTATION = "received-resource-type"
-SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
 RESERVATION_APP = "kai-resource-reservation"
 SHARED_LABEL = "shoal.io/gpu-shared"  # on every fractional pod the binder binds (reservation GC selects on it)
 COMPONENT = "shoal-scheduler"
@@ -66,16 +66,20 @@ def gpu_group_labels(groups: tuple[str, ...]) -> dict[str, str]:
     return {f"{GPU_GROUP_LABEL}/{g}": g for g in groups}
 
 
-def fraction_configmap(pod: dict, uuids: list[str], portion: str) -> dict:
-    """The pod's GPU env as a ConfigMap owned by the pod: NVIDIA_VISIBLE_DEVICES and GPU_PORTION."""
+def fraction_configmaps(pod: dict, uuids: list[str], portion: str) -> tuple[dict, dict]:
+    """The pod's two GPU ConfigMaps (KAI's names, `gpu_env`), owned by the pod: the capabilities map
+    (NVIDIA_VISIBLE_DEVICES, GPU_PORTION, RUNAI_NUM_OF_GPUS; its container reads them by configMapKeyRef) and
+    the `-evar` map its container reads with envFrom (empty here; the node agent adds MPS limits to it)."""
     meta = pod["metadata"]
-    name = (meta.get("annotations") or {}).get(SHARED_CONFIGMAP_ANNOTATION) or f"{meta['name']}-shared-gpu"
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"{name}-0", "namespace": meta["namespace"],
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                                              "uid": meta["uid"]}]},
-            "data": {"NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "GPU_PORTION": portion,
-                     "RUNAI_NUM_OF_GPUS": portion}}
+    owner = {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}]}
+
+    def configmap(name: str, data: dict) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": meta["namespace"], **owner}, "data": data}
+
+    capabilities = configmap(gpu_env.capabilities_name(pod), {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "GPU_PORTION": portion, "RUNAI_NUM_OF_GPUS": portion})
+    return capabilities, configmap(gpu_env.evar_name(pod), {})
 
 
 def scheduling_condition(op: SetCondition, transition_id: str, now: str) -> dict:

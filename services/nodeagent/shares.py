@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from services.nodeagent.translate import PodView
+from shoal.core.ingest import gpu_env
 from shoal.core.ingest.quantity import QuantityError, parse_quantity
 
 FRACTION = "gpu-fraction"
@@ -22,7 +23,7 @@ MEMORY = "gpu-memory"
 MEMORY_LIMIT = "gpu-memory-limit"
 NUM_DEVICES = "gpu-fraction-num-devices"
 GROUP_LABEL = "runai-gpu-group"
-SHARED_CONFIGMAP = "runai/shared-gpu-configmap"
+SHARED_CONFIGMAP = gpu_env.SHARED_CONFIGMAP_ANNOTATION
 SWAP_REQUEST = "gpu-memory-swap"
 
 

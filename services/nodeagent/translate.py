@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.nodeagent.procmap import bare_container_id
+from shoal.core.ingest import gpu_env
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -66,15 +67,6 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         if s.get("containerID")
     )
     created = meta.get("creationTimestamp") or ""
-    wanted = (meta.get("annotations") or {}).get("gpu-fraction-container-name")
-    suffix = "0"
-    if wanted:
-        names = [c.get("name") for c in spec.get("containers") or []]
-        inits = [c.get("name") for c in spec.get("initContainers") or []]
-        if wanted in names:
-            suffix = str(names.index(wanted))
-        elif wanted in inits:
-            suffix = f"i{inits.index(wanted)}"
     if not isinstance(created, str):
         created = created.isoformat()
     return PodView(
@@ -90,7 +82,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         container_ids=ids,
         priority=int(spec.get("priority") or 0),
         deleting=bool(meta.get("deletionTimestamp")),
-        fraction_container=suffix,
+        fraction_container=gpu_env.container_suffix(obj),
     )
 
 

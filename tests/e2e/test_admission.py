@@ -149,6 +149,13 @@ async def test_runtime_class_injected_only_when_it_exists(kube, ns, admission):
     created, warnings = await create(kube, PODS.path(ns), pod("half-a", {"gpu-fraction": "0.5"}))
     assert "runtimeClassName" not in created["spec"], "a RuntimeClass that does not exist must not be injected"
     assert any(f"RuntimeClass '{admission.runtime_class}' does not exist" in w for w in warnings), warnings
+    # the GPU container reads its GPU from the pod's ConfigMaps (KAI's names), whatever the RuntimeClass
+    prefix = created["metadata"]["annotations"]["runai/shared-gpu-configmap"]
+    assert prefix.startswith("half-a-") and prefix.endswith("-shared-gpu"), prefix
+    container = created["spec"]["containers"][0]
+    refs = {e["name"]: e["valueFrom"]["configMapKeyRef"]["name"] for e in container["env"]}
+    assert refs == dict.fromkeys(("NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION"), f"{prefix}-0")
+    assert container["envFrom"] == [{"configMapRef": {"name": f"{prefix}-0-evar"}}]
     # pods made by a controller (generateName) never show admission warnings to a user: the event does
     await kube.create(JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "halfjob"},
                              "spec": {"backoffLimit": 0, "template": {

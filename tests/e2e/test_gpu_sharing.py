@@ -45,8 +45,9 @@ async def test_two_halves_share_one_card(shoal, kube, namespace, queue, node_poo
     assert uuid.startswith("GPU-")
 
     configmaps, _ = await kube.list(CONFIGMAPS, namespace=namespace)
-    env = [cm["data"] for cm in configmaps if cm["metadata"]["name"].startswith(("half-a", "half-b"))]
-    assert len(env) == 2
+    ours = [cm for cm in configmaps if cm["metadata"]["name"].startswith(("half-a", "half-b"))]
+    env = [cm["data"] for cm in ours if not cm["metadata"]["name"].endswith("-evar")]
+    assert len(env) == 2 and len(ours) == 4, [cm["metadata"]["name"] for cm in ours]  # and each one's -evar map
     assert all(d["NVIDIA_VISIBLE_DEVICES"] == uuid and d["GPU_PORTION"] == "0.50" for d in env), env
 
     # S34: once both pods are gone the reservation pod is released (grace 0) by the binder's sync

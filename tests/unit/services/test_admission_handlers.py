@@ -78,14 +78,17 @@ async def test_mutation_patch_and_warning():
     try:
         answer = await post(c, "/mutate-pods", review(fraction_pod()))
         assert answer["allowed"] and answer["patchType"] == "JSONPatch"
-        assert json.loads(base64.b64decode(answer["patch"])) == [
-            {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"}]
+        patch = json.loads(base64.b64decode(answer["patch"]))
+        assert patch[-1] == {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"}
+        assert {op["path"] for op in patch[:-1]} == {
+            "/metadata/annotations/runai~1shared-gpu-configmap", "/spec/containers/0/env", "/spec/containers/0/envFrom"}
     finally:
         await c.close()
     c = await client(exists=False)
     try:
         answer = await post(c, "/mutate-pods", review(fraction_pod()))
-        assert answer["allowed"] and "patch" not in answer
+        patch = json.loads(base64.b64decode(answer["patch"]))
+        assert answer["allowed"] and all(op["path"] != "/spec/runtimeClassName" for op in patch)
         assert "RuntimeClass 'nvidia' does not exist" in answer["warnings"][0]
     finally:
         await c.close()

@@ -94,26 +94,66 @@ def test_junk_pod_never_raises():
 
 # ---- mutation ----------------------------------------------------------------------------------------------
 
+RUNTIME_CLASS_OP = {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"}
+
+
 def test_runtime_class_injected_into_fraction_pod_when_it_exists():
     m = t.mutate_pod(pod({"gpu-fraction": "0.5"}), runtime_class="nvidia", runtime_class_exists=True)
-    assert m.patch == [{"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"}]
+    assert m.patch[-1] == RUNTIME_CLASS_OP
     assert m.warnings == []
 
 
 def test_runtime_class_missing_is_skipped_with_a_warning():
     m = t.mutate_pod(pod({"gpu-memory": "1000"}), runtime_class="nvidia", runtime_class_exists=False)
-    assert m.patch == []
+    assert RUNTIME_CLASS_OP not in m.patch and m.patch  # the GPU env is still pointed at its ConfigMaps
     assert m.warnings and "RuntimeClass 'nvidia' does not exist" in m.warnings[0] and "ns/p" in m.warnings[0]
 
 
-@pytest.mark.parametrize("case", ["whole-gpu", "plain", "has-runtime-class", "disabled", "invalid"])
-def test_runtime_class_not_injected(case):
-    p, rc = {"whole-gpu": (pod(limits={"nvidia.com/gpu": "1"}), "nvidia"), "plain": (pod(), "nvidia"),
-             "has-runtime-class": (pod({"gpu-fraction": "0.5"}, runtime_class="custom"), "nvidia"),
-             "disabled": (pod({"gpu-fraction": "0.5"}), ""),
-             "invalid": (pod({"gpu-fraction": "1.5"}), "nvidia")}[case]
+@pytest.mark.parametrize("case", ["has-runtime-class", "disabled"])
+def test_runtime_class_not_injected_into_a_fraction_pod(case):
+    p, rc = {"has-runtime-class": (pod({"gpu-fraction": "0.5"}, runtime_class="custom"), "nvidia"),
+             "disabled": (pod({"gpu-fraction": "0.5"}), "")}[case]
     m = t.mutate_pod(p, runtime_class=rc, runtime_class_exists=True)
+    assert m.patch and all(op["path"] != "/spec/runtimeClassName" for op in m.patch) and m.warnings == []
+
+
+@pytest.mark.parametrize("case", ["whole-gpu", "plain", "invalid"])
+def test_pods_that_share_no_gpu_are_not_mutated(case):
+    p = {"whole-gpu": pod(limits={"nvidia.com/gpu": "1"}), "plain": pod(),
+         "invalid": pod({"gpu-fraction": "1.5"})}[case]
+    m = t.mutate_pod(p, runtime_class="nvidia", runtime_class_exists=True)
     assert m.patch == [] and m.warnings == []
+
+
+def test_fraction_container_env_comes_from_the_pods_configmaps_as_kai_names_them():
+    import jsonpatch_apply as jp  # tests/unit/services: a JSON Patch applier (RFC 6902 add/replace)
+
+    p = pod({"gpu-fraction": "0.5"}, name="")
+    p["metadata"]["generateName"] = "job-a-"
+    p["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "job-a", "uid": "u"}]
+    p["spec"]["containers"][0]["env"] = [{"name": "KEEP", "value": "1"}, {"name": "GPU_PORTION", "value": "9"}]
+    m = t.mutate_pod(p, runtime_class="", runtime_class_exists=False, random7="abcdefg")
+    out = jp.apply(p, m.patch)
+    assert out["metadata"]["annotations"]["runai/shared-gpu-configmap"] == "job-a-abcdefg-shared-gpu"
+    env = out["spec"]["containers"][0]["env"]
+    assert env[0] == {"name": "KEEP", "value": "1"}
+    assert {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in env[1:]} == {
+        key: {"name": "job-a-abcdefg-shared-gpu-0", "key": key}
+        for key in ("NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION")}
+    assert out["spec"]["containers"][0]["envFrom"] == [{"configMapRef": {"name": "job-a-abcdefg-shared-gpu-0-evar"}}]
+
+
+def test_named_init_container_gets_the_env_and_a_stored_prefix_is_kept():
+    import jsonpatch_apply as jp
+
+    p = pod({"gpu-fraction": "0.5", "gpu-fraction-container-name": "warmup",
+             "runai/shared-gpu-configmap": "mine-shared-gpu"})
+    p["spec"]["initContainers"] = [{"name": "warmup", "image": "busybox"}]
+    out = jp.apply(p, t.mutate_pod(p, runtime_class="", runtime_class_exists=False, random7="zzzzzzz").patch)
+    assert out["metadata"]["annotations"]["runai/shared-gpu-configmap"] == "mine-shared-gpu"
+    refs = {e["valueFrom"]["configMapKeyRef"]["name"] for e in out["spec"]["initContainers"][0]["env"]}
+    assert refs == {"mine-shared-gpu-i0"}
+    assert "env" not in out["spec"]["containers"][0]
 
 
 # ---- queues ------------------------------------------------------------------------------------------------
