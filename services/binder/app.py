@@ -42,6 +42,7 @@ def build(settings: BinderSettings) -> web.Application:
                             inflight=InFlight(redis), seen=SeenIds(redis, consumer=prefix + "binder"), bus=bus, metrics=metrics, topic_prefix=prefix,
                             reservation_namespace=settings.reservation_namespace,
                             reservation_timeout_s=settings.reservation_timeout_s,
+                            reservation_image=settings.reservation_image,
                             eviction_mode=settings.eviction_mode,
                             reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel)
             app[BINDER] = binder

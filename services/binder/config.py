@@ -14,6 +14,8 @@ from shoal.settings import PositiveInt, ServiceSettings, doc
 class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
     reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (shared with the node agent)")] = (
         "kai-resource-reservation")
+    reservation_image: Annotated[str, doc("image of the GPU reservation pods (KAI: --resource-reservation-pod-image)")] = (
+        "registry.k8s.io/pause:3.10")
     reservation_timeout_s: Annotated[float, doc("how long a reservation pod may take to get its GPU")] = 40.0
     eviction_mode: Annotated[Literal["evict", "delete"], doc("evict: the Eviction API (PDBs hold); delete: as KAI")] = (
         "evict")

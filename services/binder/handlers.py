@@ -65,6 +65,7 @@ class Binder:
     topic_prefix: str = ""
     reservation_namespace: str = "kai-resource-reservation"
     reservation_timeout_s: float = 40.0
+    reservation_image: str = ko.RESERVATION_IMAGE
     eviction_mode: str = "evict"  # evict (Eviction API, PDBs respected) | delete (KAI's behaviour)
     event_dedupe_s: float = 60.0
     reservation_grace_s: float = 30.0
@@ -294,7 +295,7 @@ class Binder:
         name = ko.reservation_name(node, group)
         ns = self.reservation_namespace
         try:
-            await self.kube.create(k.PODS, ko.reservation_pod(node, group, ns), namespace=ns)
+            await self.kube.create(k.PODS, ko.reservation_pod(node, group, ns, image=self.reservation_image), namespace=ns)
             self._reservations.inc()
             log.info("reservation_pod_created", node=node, gpu_group=group, pod=f"{ns}/{name}")
         except ConflictError:

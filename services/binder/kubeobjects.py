@@ -14,6 +14,7 @@ RECEIVED_TYPE_ANNOTATION = "received-resource-type"
 RESERVATION_APP = "kai-resource-reservation"
 SHARED_LABEL = "shoal.io/gpu-shared"  # on every fractional pod the binder binds (reservation GC selects on it)
 COMPONENT = "shoal-scheduler"
+RESERVATION_IMAGE = "registry.k8s.io/pause:3.10"
 
 
 def utc_now() -> str:
@@ -42,7 +43,7 @@ def reservation_name(node: str, group: str) -> str:
 
 
 def reservation_pod(node: str, group: str, namespace: str, *, tolerations: list | None = None,
-                    service_account: str = "", image: str = "registry.k8s.io/pause:3.10") -> dict:
+                    service_account: str = "", image: str = RESERVATION_IMAGE) -> dict:
     spec = {
         "nodeName": node,
         "containers": [{"name": "reservation", "image": image,
