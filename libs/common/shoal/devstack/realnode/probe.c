@@ -4,6 +4,7 @@
      probe dial HOST:PORT...   for each target: resolve HOST (an IPv4 literal, or an A query to the first
                                nameserver of /etc/resolv.conf), connect, print the first line answered;
                                exit 1 if any target failed
+     probe env NAME...         print NAME=value (or "NAME unset") for each, then idle until stopped
    Both print whether the ServiceAccount token is mounted. Output goes to stdout (the container's log). */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -155,6 +156,14 @@ int main(int argc, char **argv) {
     for (int i = 2; i < argc; i++) failed |= dial(argv[i]);
     return failed;
   }
-  printf("usage: probe serve PORT | probe dial HOST:PORT...\n");
+  if (argc >= 3 && strcmp(argv[1], "env") == 0) {
+    for (int i = 2; i < argc; i++) {
+      const char *value = getenv(argv[i]);
+      if (value) printf("%s=%s\n", argv[i], value);
+      else printf("%s unset\n", argv[i]);
+    }
+    for (;;) pause();
+  }
+  printf("usage: probe serve PORT | probe dial HOST:PORT... | probe env NAME...\n");
   return 2;
 }
