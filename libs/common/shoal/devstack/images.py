@@ -268,7 +268,7 @@ def context_digest() -> str | None:
     for root in (DOCKERFILE, IGNOREFILE, *(REPO / i for i in includes)):
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in files:
-            rel = path.relative_to(REPO)
+            rel = path.relative_to(REPO) if path.is_relative_to(REPO) else path
             if any(fnmatch.fnmatchcase(part, pat) for part in rel.parts for pat in excludes):
                 continue
             digest.update(f"\0{rel}\0{path.stat().st_mode & 0o111}\0".encode())
