@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from shoal.devstack import paths
@@ -33,6 +35,18 @@ REAL_NODE_TOOLS = {
 BUILD_TOOLS = {
     "go": "install Go >= 1.24 (https://go.dev/dl) and put it on PATH",
     "mvn": "apt-get install -y --no-install-recommends maven",
+    "mmdebstrap": "apt-get install -y --no-install-recommends mmdebstrap",
+    "podman": "apt-get install -y --no-install-recommends podman runc",
+    "uv": "install uv (https://docs.astral.sh/uv/) and put it on PATH",
+}
+# script in sh/ -> the tools it needs on PATH
+SCRIPT_TOOLS = {
+    "build-etcd.sh": ("go",),
+    "build-k8s.sh": ("go",),
+    "build-coredns.sh": ("go",),
+    "fetch-kafka.sh": ("mvn", "java"),
+    "build-base-images.sh": ("mmdebstrap", "podman", "uv"),
+    "build-standin-images.sh": ("mmdebstrap", "podman"),
 }
 
 
@@ -61,14 +75,10 @@ def check_runtime_tools(real_node: bool = False) -> None:
             raise DevStackError(f"{tool} not found on PATH: run `{fix}`")
 
 
-def _run_script(script: str, say: Callable[[str], None]) -> None:
-    needs = {
-        "build-etcd.sh": ("go",),
-        "build-k8s.sh": ("go",),
-        "build-coredns.sh": ("go",),
-        "fetch-kafka.sh": ("mvn", "java"),
-    }[script]
-    for tool in needs:
+def run_script(script: str, say: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
+    """Run sh/<script> with `env` added, its output in the cache's logs/ and shown as progress lines;
+    DevStackError with the last line when it fails."""
+    for tool in SCRIPT_TOOLS[script]:
         if shutil.which(tool) is None:
             raise DevStackError(
                 f"{tool} is needed to run {script} but is not on PATH: {BUILD_TOOLS.get(tool) or RUNTIME_TOOLS[tool]}"
@@ -79,7 +89,10 @@ def _run_script(script: str, say: Callable[[str], None]) -> None:
     started = time.monotonic()
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            ["bash", str(paths.SCRIPTS_DIR / script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            ["bash", str(paths.SCRIPTS_DIR / script)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -112,16 +125,9 @@ def ensure_binaries(say: Callable[[str], None] | None = None, *, real_node: bool
     if not missing_parts(real_node):
         _node_images(real_node)
         return
-    cache = paths.cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".ensure.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("devstack: another process is building the cache; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_lock(".ensure.lock", say):
         for script in missing_parts(real_node):
-            _run_script(script, say)
+            run_script(script, say)
     if missing_parts(real_node):
         raise DevStackError(f"cache still incomplete after building: {', '.join(missing_parts(real_node))}")
     _node_images(real_node)
@@ -135,3 +141,16 @@ def _node_images(real_node: bool) -> None:
         images.pause_image()
         images.probe_image()
 
+
+@contextlib.contextmanager
+def cache_lock(name: str, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold `<cache>/<name>` exclusively: a second process building the same part waits for the first."""
+    cache = paths.cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / name, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("devstack: another process is building the cache; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
