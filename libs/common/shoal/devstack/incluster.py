@@ -1,0 +1,135 @@
+"""Shoal installed into the local cluster the way a user installs it: the images built from docker/Dockerfile
+pushed to a registry, `kubectl apply -k` of deploy/k8s/overlays/dev, every workload Ready. The cluster needs
+a real node (`shoal dev up --real-node`) whose containerd pulls from that registry.
+
+    registry = start_registry(state)                       # shoal.devstack.registry
+    realnode.trust_registry(state, registry)
+    images = publish(registry, say)                        # {image name in the overlay: pinned reference}
+    overlay = write_overlay(state / "incluster", images, {"SHOAL_RESERVATION_IMAGE": realnode.PAUSE_IMAGE})
+    apply(kubeconfig, overlay, say); wait_ready(kubeconfig, say)
+    remove(kubeconfig, overlay, say)
+
+The overlay written here only names images (and, optionally, settings) on top of deploy/k8s/overlays/dev, as
+a user's own overlay would: the service images by digest (always the ones just built), the dev overlay's
+third-party images by local stand-ins (`standin_images`), as no public registry is reachable here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import yaml
+
+from shoal.devstack import paths
+from shoal.devstack.errors import DevStackError
+from shoal.devstack.images import build_images, push_images
+from shoal.devstack.scheduler import REPO
+from shoal.devstack.standin_images import OVERLAY_NAMES, standin_images
+
+DEV_OVERLAY = REPO / "deploy" / "k8s" / "overlays" / "dev"
+SYSTEM_NS, NODE_NS = "shoal-system", "shoal-node"
+CERTGEN_JOB = "shoal-admission-certgen"
+NODE_AGENT = "shoal-nodeagent"
+
+
+def _say_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def publish(registry: str, say: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Build (when changed) and push the eight service images and the stand-ins: {overlay name: image@digest}."""
+    say = say or _say_stderr
+    services = push_images(build_images(say=say), registry, say=say)
+    standins = push_images(standin_images(say), registry, say=say)
+    out = {f"shoal-{image.service}": image.pinned for image in services}
+    out.update({OVERLAY_NAMES[image.service]: image.pinned for image in standins})
+    return out
+
+
+def write_overlay(directory: Path, images: Mapping[str, str], settings: Mapping[str, str] | None = None) -> Path:
+    """A kustomization over deploy/k8s/overlays/dev that names `images` ({name: repo@digest}) and sets
+    `settings` in both shoal-config ConfigMaps; returns its directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for name, pinned in sorted(images.items()):
+        repo, _, digest = pinned.partition("@")
+        entries.append({"name": name, "newName": repo, "digest": digest})
+    doc: dict = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                 "resources": [os.path.relpath(DEV_OVERLAY, directory)], "images": entries}
+    if settings:
+        doc["patches"] = [{"target": {"kind": "ConfigMap", "name": "shoal-config", "namespace": namespace},
+                           "patch": yaml.safe_dump([{"op": "add", "path": f"/data/{key}", "value": value}
+                                                    for key, value in sorted(settings.items())])}
+                          for namespace in (SYSTEM_NS, NODE_NS)]
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return directory
+
+
+def kubectl(kubeconfig: str | Path, *args: str, timeout_s: float = 120, check: bool = True) -> str:
+    try:
+        done = subprocess.run([str(paths.k8s_bin("kubectl")), "--kubeconfig", str(kubeconfig), *args],
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise DevStackError(f"kubectl {' '.join(args[:3])} did not finish within {timeout_s:.0f}s") from None
+    if check and done.returncode != 0:
+        raise DevStackError(f"kubectl {' '.join(args[:3])} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def apply(kubeconfig: str | Path, overlay: Path, say: Callable[[str], None] | None = None) -> None:
+    """`kubectl apply -k` (server-side: the CRDs are too large for the last-applied annotation)."""
+    (say or _say_stderr)(f"incluster: kubectl apply -k {overlay}")
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(overlay))
+
+
+def wait_ready(kubeconfig: str | Path, say: Callable[[str], None] | None = None, *, timeout_s: float = 420) -> float:
+    """Wait for the webhook certificate Job, every Deployment in shoal-system and the node agent DaemonSet;
+    the seconds it took. On timeout, DevStackError names what is not Ready (and why, from its pods)."""
+    say = say or _say_stderr
+    began = time.monotonic()
+    deadline = began + timeout_s
+    workloads = [f"deployment/{name.split('/', 1)[1]}" for name in
+                 kubectl(kubeconfig, "-n", SYSTEM_NS, "get", "deployments", "-o", "name").split()]
+    waits = [(SYSTEM_NS, f"job/{CERTGEN_JOB}", ["wait", "--for=condition=complete"]),
+             *((SYSTEM_NS, w, ["rollout", "status"]) for w in workloads),
+             (NODE_NS, f"daemonset/{NODE_AGENT}", ["rollout", "status"])]
+    for namespace, workload, verb in waits:
+        left = deadline - time.monotonic()
+        done = subprocess.run([str(paths.k8s_bin("kubectl")), "--kubeconfig", str(kubeconfig), "-n", namespace,
+                               *verb, workload, f"--timeout={max(1, int(left))}s"],
+                              capture_output=True, text=True, timeout=max(5.0, left + 30))
+        if done.returncode != 0:
+            raise DevStackError(f"{namespace}/{workload} not ready after {time.monotonic() - began:.0f}s: "
+                                f"{done.stderr.strip()[-300:]}; {not_ready(kubeconfig)}")
+        say(f"incluster: {namespace}/{workload} ready ({time.monotonic() - began:.0f}s)")
+    return time.monotonic() - began
+
+
+def not_ready(kubeconfig: str | Path) -> str:
+    """One line per pod of Shoal's namespaces that is not Ready, with its waiting reason and message."""
+    out = []
+    for namespace in (SYSTEM_NS, NODE_NS):
+        pods = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "pods", "-o", "json", check=False) or "{}")
+        for pod in pods.get("items", []):
+            conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+            if conditions.get("Ready") == "True" or pod.get("status", {}).get("phase") == "Succeeded":
+                continue
+            why = [f"{s['name']}: {w.get('reason')} {w.get('message', '')[:160]}".strip()
+                   for s in pod.get("status", {}).get("containerStatuses", [])
+                   for w in (s.get("state", {}).get("waiting") or {},) if w]
+            out.append(f"{namespace}/{pod['metadata']['name']} {pod['status'].get('phase')} "
+                       f"{'; '.join(why) or pod['status'].get('message') or ''}".strip())
+    return "pods not ready: " + (" | ".join(out) if out else "none")
+
+
+def remove(kubeconfig: str | Path, overlay: Path, say: Callable[[str], None] | None = None) -> None:
+    """`kubectl delete -k`, waiting until its namespaces are gone."""
+    (say or _say_stderr)(f"incluster: kubectl delete -k {overlay}")
+    kubectl(kubeconfig, "delete", "--ignore-not-found", "--wait=true", "--timeout=180s", "-k", str(overlay),
+            timeout_s=240)
