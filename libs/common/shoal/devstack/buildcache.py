@@ -3,19 +3,22 @@ intermediate images per build, and each change to Shoal's sources adds a new one
 
 After a build, the images its log names (steps reused from the cache or committed) are recorded per service
 and target; `prune` then removes every image that is neither tagged, nor recorded for the latest build of some
-service and target, nor an ancestor of either. So the next rebuild still finds its dependency layers, and a
-stale chain goes with the build that replaced it.
+service and target, nor made in the last hour, nor an ancestor of one of those. So the next rebuild still
+finds its dependency layers, a stale chain goes with the build that replaced it, and another client building
+on the same storage (Tilt through podman's service) does not lose the stages of a build it is running.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from shoal.devstack.containers import engine_dir, run_engine
 
+RECENT_S = 3600  # images younger than this are never removed
 _ID = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})$", re.MULTILINE)
 
 
@@ -51,10 +54,12 @@ def prune(say: Callable[[str], None]) -> int:
         kept_short = {i for ids in json.loads(_record_file().read_text()).values() for i in ids}
     except (OSError, ValueError):
         return 0  # nothing recorded yet: nothing is known to be stale
+    recent = time.time() - RECENT_S
     live: set[str] = set()
     for row in rows:
         image_id = row["Id"]
-        if row.get("Names") or any(image_id.startswith(short) for short in kept_short):
+        keep = row.get("Names") or int(row.get("Created") or 0) > recent
+        if keep or any(image_id.startswith(short) for short in kept_short):
             while image_id and image_id not in live:
                 live.add(image_id)
                 image_id = parent.get(image_id, "")

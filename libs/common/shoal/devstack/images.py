@@ -174,22 +174,36 @@ def build_images(
         names = {service: f"localhost/shoal-{service}:{tag}" for service in services}
         stored = _ensure_bases_locked(bases, say, names.values())
         context = context_digest()
+        base_ids = [stored[b]["Id"] for b in (bases.python, bases.uv)]
         took: dict[str, float | None] = {}
-        try:
-            for service, name in names.items():
-                inputs = _inputs_digest(
-                    context, service, target, [stored[b]["Id"] for b in (bases.python, bases.uv)]
-                )
-                labels = (stored.get(name) or {}).get("Labels") or {}
-                current = inputs is not None and labels.get(INPUTS_LABEL) == inputs
-                took[service] = None if current else _build_one(service, target, name, inputs, say)
-        finally:
-            # buildah keeps a working container of each `FROM … AS` stage it copied from
-            run_engine(["buildah", "rm", "--all"], "remove buildah's working containers")
+        for service, name in names.items():
+            inputs = _inputs_digest(context, service, target, base_ids)
+            labels = (stored.get(name) or {}).get("Labels") or {}
+            if inputs is not None and labels.get(INPUTS_LABEL) == inputs:
+                took[service] = None
+                continue
+            before = _working_containers(base_ids[1])
+            try:
+                took[service] = _build_one(service, target, name, inputs, say)
+            finally:
+                _remove_containers(_working_containers(base_ids[1]) - before)
         if any(t is not None for t in took.values()):
             buildcache.prune(say)
             stored = stored_images(names.values())
     return [image_of(service, names[service], stored, took[service]) for service in services]
+
+
+def _working_containers(image_id: str) -> set[str]:
+    """Ids of buildah's working containers of `image_id`. buildah 1.28 leaves one behind per build for the
+    `FROM ghcr.io/astral-sh/uv… AS uv` stage it copied from; only the ones a build of ours added are removed
+    (not `buildah rm --all`: another client of this storage, e.g. Tilt's podman service, may be mid-build)."""
+    proc = run_engine(["buildah", "containers", "--json"], "list buildah's working containers")
+    return {row["id"] for row in json.loads(proc.stdout or "[]") or () if row.get("imageid") == image_id}
+
+
+def _remove_containers(ids: set[str]) -> None:
+    if ids:
+        run_engine(["buildah", "rm", *sorted(ids)], "remove buildah's working containers")
 
 
 def _inputs_digest(context: str | None, service: str, target: str, base_ids: list[str]) -> str | None:
