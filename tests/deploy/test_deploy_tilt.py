@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from deploy_support import REPO, SERVICES, kubectl_path
 
-TILT_VERSION = os.environ.get("SHOAL_TILT_VERSION", "v0.37.1")
 SITE = "/opt/shoal/lib/python3.11/site-packages"
+BUILD_TILT = REPO / "deploy" / "tools" / "build-tilt.sh"
 
 
 def tilt_path() -> Path:
-    from shoal.devstack import paths
-
-    return paths.cache_dir() / "bin" / f"tilt-{TILT_VERSION}" / "tilt"
+    """Where the build script puts Tilt (it names the binary's variant; `--path` builds nothing)."""
+    out = subprocess.run(["bash", str(BUILD_TILT), "--path"], capture_output=True, text=True, check=True).stdout
+    return Path(out.strip().splitlines()[-1])
 
 
 KUBECONFIG = """apiVersion: v1
