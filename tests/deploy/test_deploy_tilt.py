@@ -90,6 +90,10 @@ def test_tiltfile_wires_resources(result: dict[str, Any]) -> None:
     assert "decision stream (SSE)" in [link["Name"] for link in api["Links"]]
     assert "pytest tests/unit" in json.dumps(ms["unit-tests"])
     assert "uncategorized" not in ms, "every object belongs to a named resource"
+    # the certgen Job patches the webhook configurations: they are applied with it, before the admission server
+    certgen = ms["shoal-admission-certgen"]["DeployTarget"]["yaml"]
+    assert "kind: MutatingWebhookConfiguration" in certgen and "kind: ValidatingWebhookConfiguration" in certgen
+    assert "shoal-admission-certgen" in ms["shoal-admission"]["ResourceDependencies"]
     for service in SERVICES:
         assert ms[f"shoal-{service}"]["Labels"], f"shoal-{service} has no resource label"
         assert "shoal-crds" in ms[f"shoal-{service}"]["ResourceDependencies"]
