@@ -133,9 +133,9 @@ def ensure_base_images(say: Callable[[str], None] | None = None) -> BaseImages:
 def _ensure_bases_locked(
     bases: BaseImages, say: Callable[[str], None], also: Iterable[str] = ()
 ) -> dict[str, Stored]:
-    """The stored base images and `also` (see `_stored`), after making the base images if one was missing."""
+    """The stored base images and `also` (see `stored_images`), after making the base images if one was missing."""
     names = [bases.python, bases.uv, *also]
-    stored = _stored(names)
+    stored = stored_images(names)
     if bases.python in stored and bases.uv in stored:
         return stored
     env = {
@@ -148,7 +148,7 @@ def _ensure_bases_locked(
         "WORK": str(engine_dir() / "work"),
     }
     run_script("build-base-images.sh", say, env)
-    return _stored(names)
+    return stored_images(names)
 
 
 def build_images(
@@ -188,7 +188,7 @@ def build_images(
             run_engine(["buildah", "rm", "--all"], "remove buildah's working containers")
         if any(t is not None for t in took.values()):
             buildcache.prune(say)
-            stored = _stored(names.values())
+            stored = stored_images(names.values())
     return [_image(service, names[service], stored, took[service]) for service in services]
 
 
@@ -222,7 +222,7 @@ def _build_one(service: str, target: str, name: str, inputs: str | None, say: Ca
     return took
 
 
-def _stored(names: Iterable[str]) -> dict[str, Stored]:
+def stored_images(names: Iterable[str]) -> dict[str, Stored]:
     """`podman image inspect` of each of `names` that is in the stack's storage, by name."""
     names = list(names)
     proc = run_engine(
