@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from shoal.devstack import paths, tilt
+from shoal.devstack.procs import free_port
 from shoal.devstack.scheduler import SERVICES
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -34,7 +35,8 @@ def kubectl(kubeconfig: str, *args: str) -> Any:
 
 def test_tilt_ci_deploys_shoal(real_node_stack: Any) -> None:
     state = Path(real_node_stack.state_dir)
-    env = tilt.prepare(state, tie_to_parent=True)
+    # SHOAL_API_PORT: the local end of the Tiltfile's port-forward, free here
+    env = {**tilt.prepare(state, tie_to_parent=True), "SHOAL_API_PORT": str(free_port())}
     logs = state / "logs"
     try:
         began = time.monotonic()
@@ -45,9 +47,8 @@ def test_tilt_ci_deploys_shoal(real_node_stack: Any) -> None:
 
         kubeconfig = real_node_stack.kubeconfig
         registry = env["SHOAL_TILT_REGISTRY"]
-        workloads = {
-            d["metadata"]["name"]: d for d in kubectl(kubeconfig, "get", "deployments", "-n", "shoal-system")["items"]
-        }
+        deployments = kubectl(kubeconfig, "get", "deployments", "-n", "shoal-system")["items"]
+        workloads = {d["metadata"]["name"]: d for d in deployments}
         [agent] = kubectl(kubeconfig, "get", "daemonsets", "-n", "shoal-node")["items"]
         workloads[agent["metadata"]["name"]] = agent
         for service in SERVICES:
@@ -83,5 +84,5 @@ def _wait_gone(kubeconfig: str, timeout_s: float = 180) -> None:
         left = names & set(NAMESPACES)
         if not left:
             return
-        assert time.monotonic() < deadline, f"namespaces {sorted(left)} still there {timeout_s:.0f}s after tilt down"
+        assert time.monotonic() < deadline, f"{sorted(left)} still there {timeout_s:.0f}s after tilt down"
         time.sleep(1)

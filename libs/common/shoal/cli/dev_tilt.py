@@ -21,10 +21,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "tilt", help="run Tilt (default `tilt up`) against a --real-node stack", description=__doc__
     )
     tilt.add_argument(
-        "--state-dir", type=Path, default=default_state_dir(), help=f"state directory (default {default_state_dir()})"
+        "--state-dir",
+        type=Path,
+        default=default_state_dir(),
+        help=f"state directory (default {default_state_dir()})",
     )
     tilt.add_argument("--print-env", action="store_true", help="print `export` lines for Tilt and exit")
-    tilt.add_argument("tilt_args", nargs=argparse.REMAINDER, help="arguments for tilt, e.g. `ci` (default: up)")
+    tilt.add_argument(
+        "tilt_args", nargs=argparse.REMAINDER, help="arguments for tilt, e.g. `ci` (default: up)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,8 +38,10 @@ def run(args: argparse.Namespace) -> int:
 
     env = prepare(args.state_dir)
     if args.print_env:
+        kubectl_dir = env.pop("PATH").split(os.pathsep, 1)[0]
         for name, value in env.items():
             print(f"export {name}={shlex.quote(value)}")
+        print(f'export PATH={shlex.quote(kubectl_dir)}:"$PATH"')
         return 0
     argv = [a for a in args.tilt_args if a != "--"] or ["up"]
     print(f"shoal dev tilt: tilt {' '.join(argv)} (API on 127.0.0.1:{env['TILT_PORT']})", file=sys.stderr)

@@ -7,11 +7,11 @@ registry the node pulls from, applies the dev overlay and waits for every resour
   forwarding for the whole host), the registry marked plain HTTP; DOCKER_BUILDKIT=0 (podman has no BuildKit).
 - Registry: the stack's local one (registry.py), trusted by the node's containerd; SHOAL_TILT_REGISTRY makes
   the Tiltfile call `default_registry()` with it.
-- The overlay: a kustomization generated in the state dir on top of deploy/k8s/overlays/dev (SHOAL_TILT_OVERLAY)
-  that swaps the third-party images for the stand-ins (standin_images.py) and keeps the node agent's
+- The overlay: a kustomization generated in the state dir on top of deploy/k8s/overlays/dev
+  (SHOAL_TILT_OVERLAY) that swaps the third-party images for the stand-ins (standin_images.py) and keeps the node agent's
   DaemonSet on nodes with a kubelet (the stack's fake GPU nodes have none).
 
-    env = prepare(state_dir, say)                 # registry, stand-ins pushed, Docker API, overlay: Tilt's env
+    env = prepare(state_dir, say)   # registry, stand-ins pushed, Docker API, overlay: Tilt's env
     run_tilt(env, ["ci", "--timeout", "15m"], log)
     run_tilt(env, ["down", "--delete-namespaces"], log)
     # `shoal dev down` stops the Docker API and the registry with the rest of the stack (both are extras)
@@ -53,7 +53,8 @@ def tilt_binary() -> Path:
     proc = subprocess.run(["bash", str(BUILD_SCRIPT), "--path"], capture_output=True, text=True, check=True)
     binary = Path(proc.stdout.strip().splitlines()[-1])
     if not os.access(binary, os.X_OK):
-        raise DevStackError(f"tilt not found at {binary}: build it with `bash {BUILD_SCRIPT.relative_to(REPO)}`")
+        script = BUILD_SCRIPT.relative_to(REPO)
+        raise DevStackError(f"tilt not found at {binary}: build it with `bash {script}`")
     return binary
 
 
@@ -65,7 +66,7 @@ def _tilt_dir(state_dir: Path) -> Path:
 
 def docker_api_spec(state_dir: Path, registry: str) -> ProcessSpec:
     """`podman system service` on the stack's storage at `<state>/tilt/docker.sock`: builds in the host's
-    network namespace, `registry` over plain HTTP. Its config files are copies of the engine's with that added."""
+    network namespace, `registry` over plain HTTP. Its config files: copies of the engine's with that added."""
     base = _tilt_dir(state_dir)
     env = engine_env()
     conf = Path(env["CONTAINERS_CONF"]).read_text()
@@ -132,7 +133,7 @@ def prepare(
     state = Path(state_dir)
     info = StackInfo.load(state)
     if not info.real_nodes:
-        raise DevStackError(f"the stack in {state} has no real node: start it with `shoal dev up --real-node`")
+        raise DevStackError(f"the stack in {state} has no real node: start one with `shoal dev up --real-node`")
     check_engine_tools(("podman",))
     began = time.monotonic()
     registry = stack_registry(state, tie_to_parent=tie_to_parent)
@@ -141,7 +142,8 @@ def prepare(
     if DOCKER_API not in info.pids or not _ping(_tilt_dir(state) / "docker.sock"):
         start_extra(state, docker_api_spec(state, registry), tie_to_parent=tie_to_parent)
     overlay = write_overlay(state, standin_overrides(standins))
-    say(f"devstack: Tilt's registry {registry}, Docker API and overlay ready in {time.monotonic() - began:.1f}s")
+    took = time.monotonic() - began
+    say(f"devstack: Tilt's registry {registry}, Docker API and overlay ready in {took:.1f}s")
     return {
         "KUBECONFIG": info.kubeconfig,
         "DOCKER_HOST": f"unix://{_tilt_dir(state) / 'docker.sock'}",
@@ -152,7 +154,7 @@ def prepare(
         "TILT_DEV_DIR": str(_tilt_dir(state) / "dev"),  # Tilt's settings and token, not ~/.tilt-dev
         "TILT_DISABLE_ANALYTICS": "1",
         "TILT_HOST": "127.0.0.1",
-        "TILT_PORT": str(free_port()),
+        "TILT_PORT": os.environ.get("TILT_PORT") or str(free_port()),
         # `kustomize()` in the Tiltfile runs `kubectl kustomize`
         "PATH": f"{paths.k8s_bin('kubectl').parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
@@ -163,8 +165,8 @@ def _current_context(kubeconfig: Path) -> str:
 
 
 def remove_build_containers(say: Callable[[str], None] | None = None) -> None:
-    """Tilt asks the Docker API to keep each build step's container (`rm=false`), and podman keeps them mounted:
-    remove every build container in the stack's storage, under the images lock (as images.py does after its
+    """Tilt asks the Docker API to keep each build step's container (`rm=false`), and podman keeps them
+    mounted: remove every build container in the stack's storage, under the images lock (as images.py does after its
     builds; a build of `shoal dev images` running meanwhile would lose its own)."""
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     check_engine_tools(("buildah",))
