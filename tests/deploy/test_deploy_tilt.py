@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from deploy_support import REPO, SERVICES, kubectl_path
 
-TILT_VERSION = os.environ.get("SHOAL_TILT_VERSION", "v0.37.1")
 SITE = "/opt/shoal/lib/python3.11/site-packages"
+BUILD_TILT = REPO / "deploy" / "tools" / "build-tilt.sh"
 
 
 def tilt_path() -> Path:
-    from shoal.devstack import paths
-
-    return paths.cache_dir() / "bin" / f"tilt-{TILT_VERSION}" / "tilt"
+    """Where the build script puts Tilt (it names the binary's variant; `--path` builds nothing)."""
+    out = subprocess.run(["bash", str(BUILD_TILT), "--path"], capture_output=True, text=True, check=True).stdout
+    return Path(out.strip().splitlines()[-1])
 
 
 KUBECONFIG = """apiVersion: v1
@@ -90,6 +90,10 @@ def test_tiltfile_wires_resources(result: dict[str, Any]) -> None:
     assert "decision stream (SSE)" in [link["Name"] for link in api["Links"]]
     assert "pytest tests/unit" in json.dumps(ms["unit-tests"])
     assert "uncategorized" not in ms, "every object belongs to a named resource"
+    # the certgen Job patches the webhook configurations: they are applied with it, before the admission server
+    certgen = ms["shoal-admission-certgen"]["DeployTarget"]["yaml"]
+    assert "kind: MutatingWebhookConfiguration" in certgen and "kind: ValidatingWebhookConfiguration" in certgen
+    assert "shoal-admission-certgen" in ms["shoal-admission"]["ResourceDependencies"]
     for service in SERVICES:
         assert ms[f"shoal-{service}"]["Labels"], f"shoal-{service} has no resource label"
         assert "shoal-crds" in ms[f"shoal-{service}"]["ResourceDependencies"]

@@ -1,4 +1,4 @@
-"""`shoal dev up|status|down|build|images`: the local stack (etcd, kube-apiserver, controller-manager, fake
+"""`shoal dev up|status|down|build|images|tilt`: the local stack (etcd, kube-apiserver, controller-manager, fake
 kubelet, fake GPU nodes, Kafka, Redis) on 127.0.0.1, started from the cached binaries. `up --real-node` adds
 real nodes (kubelet + containerd, kube-proxy, CoreDNS, kube-scheduler; needs root) whose pods really run.
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from shoal.cli import dev_images
+from shoal.cli import dev_images, dev_tilt
 
 EXTRA_PROCESSES: list[Callable[..., object]] = []
 
@@ -56,6 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     build = sub.add_parser("build", help="build or fetch the stack's binaries into the cache (seconds when warm)")
     build.add_argument("--real-node", action="store_true", help="also CoreDNS and the real node's images")
     dev_images.add_parser(sub)
+    dev_tilt.add_parser(sub)
 
     status = sub.add_parser("status", help="show each component, its pid and whether it is alive and ready")
     status.add_argument("--state-dir", type=Path, default=default_state_dir(), help=state_help)
@@ -75,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
             return _build(args.real_node)
         if args.dev_command == "images":
             return dev_images.run(args)
+        if args.dev_command == "tilt":
+            return dev_tilt.run(args)
         if args.dev_command == "status":
             return _status(args.state_dir)
         return _down(args.state_dir)

@@ -2,16 +2,17 @@
 pushed to a registry, `kubectl apply -k` of deploy/k8s/overlays/dev, every workload Ready. The cluster needs
 a real node (`shoal dev up --real-node`) whose containerd pulls from that registry.
 
-    registry = start_registry(state)                       # shoal.devstack.registry
+    registry = stack_registry(state)                       # shoal.devstack.registry (`down` stops it)
     realnode.trust_registry(state, registry)
-    images = publish(registry, say)                        # {image name in the overlay: pinned reference}
+    images = publish(registry, say)                        # kustomize `images:` entries
     overlay = write_overlay(state / "incluster", images, {"SHOAL_RESERVATION_IMAGE": realnode.PAUSE_IMAGE})
     apply(kubeconfig, overlay, say); wait_ready(kubeconfig, say)
     remove(kubeconfig, overlay, say)
 
-The overlay written here only names images (and, optionally, settings) on top of deploy/k8s/overlays/dev, as
-a user's own overlay would: the service images by digest (always the ones just built), the dev overlay's
-third-party images by local stand-ins (`standin_images`), as no public registry is reachable here.
+The overlay written here (also Tilt's, devstack/tilt.py) only names images (and, optionally, settings) on top of
+deploy/k8s/overlays/dev, as a user's own overlay would: the service images by digest (always the ones just
+built), the dev overlay's third-party images by local stand-ins (`standin_images`), as no public registry is
+reachable here; and it keeps the node agent on nodes with a kubelet.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -29,8 +30,9 @@ import yaml
 from shoal.devstack import paths
 from shoal.devstack.errors import DevStackError
 from shoal.devstack.images import build_images, push_images
+from shoal.devstack.realnode.config import REAL_NODE_LABEL
 from shoal.devstack.scheduler import REPO
-from shoal.devstack.standin_images import OVERLAY_NAMES, standin_images
+from shoal.devstack.standin_images import ensure_standins, standin_overrides
 
 DEV_OVERLAY = REPO / "deploy" / "k8s" / "overlays" / "dev"
 SYSTEM_NS, NODE_NS = "shoal-system", "shoal-node"
@@ -42,31 +44,34 @@ def _say_stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def publish(registry: str, say: Callable[[str], None] | None = None) -> dict[str, str]:
-    """Build (when changed) and push the eight service images and the stand-ins: {overlay name: image@digest}."""
+def publish(registry: str, say: Callable[[str], None] | None = None) -> list[dict[str, str]]:
+    """Build (when changed) and push the eight service images and the stand-ins: kustomize `images:` entries
+    that name them (Shoal's by digest: always the images just built)."""
     say = say or _say_stderr
     services = push_images(build_images(say=say), registry, say=say)
-    standins = push_images(standin_images(say), registry, say=say)
-    out = {f"shoal-{image.service}": image.pinned for image in services}
-    out.update({OVERLAY_NAMES[image.service]: image.pinned for image in standins})
-    return out
-
-
-def write_overlay(directory: Path, images: Mapping[str, str], settings: Mapping[str, str] | None = None) -> Path:
-    """A kustomization over deploy/k8s/overlays/dev that names `images` ({name: repo@digest}) and sets
-    `settings` in both shoal-config ConfigMaps; returns its directory."""
-    directory.mkdir(parents=True, exist_ok=True)
     entries = []
-    for name, pinned in sorted(images.items()):
-        repo, _, digest = pinned.partition("@")
-        entries.append({"name": name, "newName": repo, "digest": digest})
-    doc: dict = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                 "resources": [os.path.relpath(DEV_OVERLAY, directory)], "images": entries}
+    for image in services:
+        repo, _, digest = image.pinned.partition("@")
+        entries.append({"name": f"shoal-{image.service}", "newName": repo, "digest": digest})
+    return entries + standin_overrides(push_images(ensure_standins(say), registry, say=say))
+
+
+def write_overlay(directory: Path, images: Sequence[Mapping[str, str]],
+                  settings: Mapping[str, str] | None = None) -> Path:
+    """`<directory>/kustomization.yaml`: deploy/k8s/overlays/dev with `images` (kustomize `images:` entries),
+    the node agent on nodes that have a kubelet (the stack's fake GPU nodes have none) and `settings` in both
+    shoal-config ConfigMaps; returns `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    on_real_nodes = [{"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {REAL_NODE_LABEL: "true"}}]
+    patches: list[dict] = [{"target": {"kind": "DaemonSet", "name": NODE_AGENT}, "patch": json.dumps(on_real_nodes)}]
     if settings:
-        doc["patches"] = [{"target": {"kind": "ConfigMap", "name": "shoal-config", "namespace": namespace},
-                           "patch": yaml.safe_dump([{"op": "add", "path": f"/data/{key}", "value": value}
-                                                    for key, value in sorted(settings.items())])}
-                          for namespace in (SYSTEM_NS, NODE_NS)]
+        ops = [{"op": "add", "path": f"/data/{key}", "value": value} for key, value in sorted(settings.items())]
+        patches += [{"target": {"kind": "ConfigMap", "name": "shoal-config", "namespace": namespace},
+                     "patch": json.dumps(ops)} for namespace in (SYSTEM_NS, NODE_NS)]
+    doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+           # kustomize takes only relative paths to other kustomizations
+           "resources": [os.path.relpath(DEV_OVERLAY, directory)], "images": [dict(i) for i in images],
+           "patches": patches}
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return directory
 

@@ -3,20 +3,21 @@ its storage in the cache dir so a later run finds the layers it already holds.
 
     address = start_registry(state_dir)     # "127.0.0.1:<port>", pid in <state>/pids/registry.pid
     stop_registry(state_dir)
+    address = stack_registry(state_dir)     # the stack's own (an extra process: `down` stops it)
 
-The stack can start it as one of its processes with `registry_spec` (`start_extra` then stops it in `down`).
 containerd reads it through a hosts.toml naming `http://<address>`; podman pushes with --tls-verify=false.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import urllib.request
 from pathlib import Path
 
 from shoal.devstack import paths
 from shoal.devstack.errors import DevStackError
-from shoal.devstack.procs import ProcessSpec, free_port, start_process, stop_process
+from shoal.devstack.procs import ProcessSpec, alive, free_port, read_pid, start_process, stop_process
 
 NAME = "registry"
 INSTALL = "apt-get install -y --no-install-recommends docker-registry"
@@ -76,6 +77,29 @@ def _start_on(state_dir: Path, port: int, tie_to_parent: bool) -> str:
     except BaseException:
         stop_process(state_dir, NAME)
         raise
+    return f"127.0.0.1:{port}"
+
+
+def stack_registry(state_dir: Path, *, tie_to_parent: bool = False) -> str:
+    """The registry of the stack in `state_dir` as one of its extra processes (`down` stops it): the one
+    already running there, else a new one on a free port. Its address `127.0.0.1:<port>`."""
+    from shoal.devstack.stack import start_extra
+
+    state = Path(state_dir)
+    running = read_pid(state, NAME)
+    conf = state / NAME / "config.yml"
+    if running and alive(*running) and conf.is_file():
+        if addr := re.search(r"^  addr: (127\.0\.0\.1:\d+)$", conf.read_text(), re.MULTILINE):
+            return addr.group(1)
+    port = free_port()
+    try:
+        start_extra(state, registry_spec(state, port), tie_to_parent=tie_to_parent)
+    except DevStackError as exc:
+        stop_process(state, NAME)
+        if "in use" not in str(exc):
+            raise
+        port = free_port()  # taken before the registry bound it: another, once
+        start_extra(state, registry_spec(state, port), tie_to_parent=tie_to_parent)
     return f"127.0.0.1:{port}"
 
 
