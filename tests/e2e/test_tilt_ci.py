@@ -72,6 +72,7 @@ def test_tilt_ci_deploys_shoal(real_node_stack: Any) -> None:
             assert resp.status == 200
     finally:
         down = tilt.run_tilt(env, ["down", "--delete-namespaces"], logs / "tilt-down.log", timeout_s=300)
+        tilt.release(state)  # the Docker API and the registry: the next test finds the stack as it was
         assert down.returncode == 0, down.stdout[-3000:]
         _wait_gone(real_node_stack.kubeconfig)
 

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace) -> int:
     from shoal.devstack.scheduler import REPO
-    from shoal.devstack.tilt import prepare, remove_build_containers, tilt_binary
+    from shoal.devstack.tilt import build_containers, prepare, remove_build_containers, tilt_binary
 
     env = prepare(args.state_dir)
     if args.print_env:
@@ -45,10 +45,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     argv = [a for a in args.tilt_args if a != "--"] or ["up"]
     print(f"shoal dev tilt: tilt {' '.join(argv)} (API on 127.0.0.1:{env['TILT_PORT']})", file=sys.stderr)
+    builds = argv[0] in ("ci", "up")
+    before = build_containers() if builds else set()
     try:
         return subprocess.run([str(tilt_binary()), *argv], cwd=REPO, env={**os.environ, **env}).returncode
     except KeyboardInterrupt:  # Ctrl-C ends `tilt up`
         return 130
     finally:
-        if argv[0] in ("ci", "up"):
-            remove_build_containers()
+        if builds:
+            remove_build_containers(before)

@@ -14,11 +14,12 @@ registry the node pulls from, applies the dev overlay and waits for every resour
     env = prepare(state_dir, say)   # registry, stand-ins pushed, Docker API, overlay: Tilt's env
     run_tilt(env, ["ci", "--timeout", "15m"], log)
     run_tilt(env, ["down", "--delete-namespaces"], log)
-    # `shoal dev down` stops the Docker API and the registry with the rest of the stack (both are extras)
+    release(state_dir)              # the Docker API and the registry; `shoal dev down` also stops them
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -35,8 +36,8 @@ from shoal.devstack.binaries import cache_lock
 from shoal.devstack.containers import check_engine_tools, engine_env, run_engine
 from shoal.devstack.errors import DevStackError
 from shoal.devstack.images import LOCK, push_images
-from shoal.devstack.procs import ProcessSpec, free_port
-from shoal.devstack.registry import stack_registry
+from shoal.devstack.procs import ProcessSpec, free_port, stop_process
+from shoal.devstack.registry import stack_registry, stop_registry
 from shoal.devstack.scheduler import REPO
 from shoal.devstack.stack import StackInfo, start_extra
 from shoal.devstack.standin_images import ensure_standins, standin_overrides
@@ -118,7 +119,12 @@ def prepare(
     standins = push_images(ensure_standins(say), registry, say)
     if DOCKER_API not in info.pids or not _ping(_tilt_dir(state) / "docker.sock"):
         start_extra(state, docker_api_spec(state, registry), tie_to_parent=tie_to_parent)
-    overlay = incluster.write_overlay(_tilt_dir(state) / "overlay", standin_overrides(standins))
+    # reservation pods on the node's own pause image, as in the in-cluster install
+    overlay = incluster.write_overlay(
+        _tilt_dir(state) / "overlay",
+        standin_overrides(standins),
+        {"SHOAL_RESERVATION_IMAGE": realnode.PAUSE_IMAGE},
+    )
     took = time.monotonic() - began
     say(f"devstack: Tilt's registry {registry}, Docker API and overlay ready in {took:.1f}s")
     return {
@@ -141,14 +147,27 @@ def _current_context(kubeconfig: Path) -> str:
     return str(yaml.safe_load(kubeconfig.read_text())["current-context"])
 
 
-def remove_build_containers(say: Callable[[str], None] | None = None) -> None:
-    """Tilt asks the Docker API to keep each build step's container (`rm=false`), and podman keeps them
-    mounted: remove every build container in the stack's storage, under the images lock (as images.py does after its
-    builds; a build of `shoal dev images` running meanwhile would lose its own)."""
-    say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+def build_containers() -> set[str]:
+    """Ids of the build (buildah working) containers in the stack's storage."""
     check_engine_tools(("buildah",))
+    proc = run_engine(["buildah", "containers", "--json"], "list build containers")
+    return {row["id"] for row in json.loads(proc.stdout or "[]") or ()}
+
+
+def remove_build_containers(before: set[str], say: Callable[[str], None] | None = None) -> None:
+    """Tilt asks the Docker API to keep each build step's container (`rm=false`), and podman keeps them
+    mounted: remove those added since `before` (taken before Tilt started), under the images lock, which a
+    `shoal dev images` build holds while its own are in use. Older ones, anybody's, stay."""
+    say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     with cache_lock(LOCK, say):
-        run_engine(["buildah", "rm", "--all"], "remove the build containers of Tilt's builds", timeout_s=600)
+        if added := build_containers() - before:
+            run_engine(["buildah", "rm", *sorted(added)], "remove the build containers Tilt left", timeout_s=600)
+
+
+def release(state_dir: Path) -> None:
+    """Stop the Docker API and the registry `prepare` started (`shoal dev down` would stop them too)."""
+    stop_process(Path(state_dir), DOCKER_API)
+    stop_registry(Path(state_dir))
 
 
 def run_tilt(
@@ -158,11 +177,13 @@ def run_tilt(
     The exit status is the caller's to judge; a run past `timeout_s` is killed and reported as exit 124.
     After `ci` or `up` the build containers Tilt left are removed."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    builds = bool(args) and args[0] in ("ci", "up")
+    before = build_containers() if builds else set()
     try:
         code = _run_logged([str(tilt_binary()), *args], env, log, timeout_s)
     finally:
-        if args and args[0] in ("ci", "up"):
-            remove_build_containers()
+        if builds:
+            remove_build_containers(before)
     return subprocess.CompletedProcess(args, code, log.read_text(errors="replace"), "")
 
 
