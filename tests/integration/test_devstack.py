@@ -308,7 +308,7 @@ def test_dev_status_without_a_stack_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_dev_up_without_redis_names_the_fix(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": str(tmp_path)}  # no redis-server, openssl or java on this PATH
+    env = {**os.environ, "PATH": str(tmp_path), "SHOAL_APT": "0"}  # no redis-server, openssl or java; no apt
     done = _shoal("dev", "up", "--state-dir", str(tmp_path / "state"), env=env)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

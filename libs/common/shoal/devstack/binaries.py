@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from shoal.devstack import paths
+from shoal.devstack import paths, systools
 from shoal.devstack.errors import DevStackError
 
 K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
@@ -50,6 +49,10 @@ SCRIPT_TOOLS = {
 }
 
 
+def _say_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def _kafka_ready() -> bool:
     return (paths.kafka_libs().parent / ".done").is_file() and paths.kafka_libs().is_dir()
 
@@ -68,21 +71,17 @@ def missing_parts(real_node: bool = False) -> list[str]:
     return missing
 
 
-def check_runtime_tools(real_node: bool = False) -> None:
+def check_runtime_tools(real_node: bool = False, say: Callable[[str], None] | None = None) -> None:
+    """The tools the stack runs, installed from Debian when missing and allowed (`systools.require`)."""
     tools = {**RUNTIME_TOOLS, **(REAL_NODE_TOOLS if real_node else {})}
-    for tool, fix in tools.items():
-        if shutil.which(tool) is None:
-            raise DevStackError(f"{tool} not found on PATH: run `{fix}`")
+    systools.require(tools, say or _say_stderr, why="the local stack")
 
 
 def run_script(script: str, say: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
     """Run sh/<script> with `env` added, its output in the cache's logs/ and shown as progress lines;
     DevStackError with the last line when it fails."""
-    for tool in SCRIPT_TOOLS[script]:
-        if shutil.which(tool) is None:
-            raise DevStackError(
-                f"{tool} is needed to run {script} but is not on PATH: {BUILD_TOOLS.get(tool) or RUNTIME_TOOLS[tool]}"
-            )
+    systools.require({tool: BUILD_TOOLS.get(tool) or RUNTIME_TOOLS[tool] for tool in SCRIPT_TOOLS[script]}, say,
+                     why=script)
     log = paths.cache_dir() / "logs" / f"{script.removesuffix('.sh')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     say(f"devstack: running {script} (cold cache; output in {log})")
@@ -120,8 +119,8 @@ def ensure_binaries(say: Callable[[str], None] | None = None, *, real_node: bool
     Several processes may call this at once: a lock in the cache dir makes the second wait for the first.
     With `real_node` CoreDNS and the real node's images are built too, and its host tools checked.
     """
-    say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    check_runtime_tools(real_node)
+    say = say or _say_stderr
+    check_runtime_tools(real_node, say)
     if not missing_parts(real_node):
         _node_images(real_node)
         return
