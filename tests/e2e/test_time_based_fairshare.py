@@ -72,7 +72,8 @@ async def test_recorded_usage_shrinks_a_queues_fair_share(shoal: Any, stack: Any
                 if current is None:
                     return None
                 by_name = {q.name: q.gpu for q in current.value.queues}
-                if a in by_name and b in by_name and by_name[a].request == 16_000 == by_name[b].request:
+                if a in by_name and b in by_name and by_name[a].request == 16_000 == by_name[b].request and (
+                        by_name[a].fair_share + by_name[b].fair_share == 16_000):  # both nodes in the snapshot
                     return by_name
                 return None
 
@@ -85,7 +86,8 @@ async def test_recorded_usage_shrinks_a_queues_fair_share(shoal: Any, stack: Any
                 plans = [e for e in events if e.get("shard") == node_pool and e.get("queues")]
                 for plan in reversed(plans):
                     by_name = {q["name"]: q["gpu"] for q in plan["queues"]}
-                    if a in by_name and b in by_name and by_name[b]["request"] == 16_000:
+                    if a in by_name and b in by_name and by_name[b]["request"] == 16_000 and (
+                            by_name[a]["fair_share"] + by_name[b]["fair_share"] == 16_000):  # both nodes seen
                         return by_name
                 return None
 
