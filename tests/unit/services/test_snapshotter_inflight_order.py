@@ -137,7 +137,8 @@ async def test_the_first_revision_is_a_base_then_deltas_carry_only_what_changed(
 async def test_events_that_keep_coming_still_publish_within_the_maximum_delay() -> None:
     journal = Journal()
     snap, _ = snapshotter(journal)
-    snap.debounce_s, snap.max_delay_s = 0.05, 0.2
+    # margins wide enough that a loaded machine's scheduling stalls (tens of ms) never look like a pause
+    snap.debounce_s, snap.max_delay_s = 0.3, 0.6
 
     async def keep_changing() -> None:
         for i in range(1000):
@@ -149,7 +150,7 @@ async def test_events_that_keep_coming_still_publish_within_the_maximum_delay() 
     await snap._settle()
     waited = time.monotonic() - started
     changes.cancel()
-    assert 0.15 <= waited < 1.0  # not before the cap (events never paused 50 ms), not much after it
+    assert 0.5 <= waited < 3.0  # not before the cap (events never paused 300 ms), not much after it
 
 
 async def test_a_kafka_outage_does_not_end_the_snapshot_loop() -> None:
