@@ -106,12 +106,12 @@ def wait_ready(kubeconfig: str | Path, say: Callable[[str], None] | None = None,
              (NODE_NS, f"daemonset/{NODE_AGENT}", ["rollout", "status"])]
     for namespace, workload, verb in waits:
         left = deadline - time.monotonic()
-        done = subprocess.run([str(paths.k8s_bin("kubectl")), "--kubeconfig", str(kubeconfig), "-n", namespace,
-                               *verb, workload, f"--timeout={max(1, int(left))}s"],
-                              capture_output=True, text=True, timeout=max(5.0, left + 30))
-        if done.returncode != 0:
+        try:
+            kubectl(kubeconfig, "-n", namespace, *verb, workload, f"--timeout={max(1, int(left))}s",
+                    timeout_s=max(5.0, left + 30))
+        except DevStackError as exc:
             raise DevStackError(f"{namespace}/{workload} not ready after {time.monotonic() - began:.0f}s: "
-                                f"{done.stderr.strip()[-300:]}; {not_ready(kubeconfig)}")
+                                f"{exc}; {not_ready(kubeconfig)}") from None
         say(f"incluster: {namespace}/{workload} ready ({time.monotonic() - began:.0f}s)")
     return time.monotonic() - began
 

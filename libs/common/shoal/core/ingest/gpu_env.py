@@ -38,10 +38,13 @@ def gpu_container(pod: Mapping) -> tuple[str, int]:
     return "containers", 0
 
 
+def _suffix(section: str, index: int) -> str:
+    return f"i{index}" if section == "initContainers" else str(index)
+
+
 def container_suffix(pod: Mapping) -> str:
     """KAI's index of the GPU container in its ConfigMap names: "<idx>", or "i<idx>" for an init container."""
-    section, index = gpu_container(pod)
-    return f"i{index}" if section == "initContainers" else str(index)
+    return _suffix(*gpu_container(pod))
 
 
 def configmap_prefix(pod: Mapping) -> str:
@@ -87,8 +90,7 @@ def env_patch(pod: Mapping, random7: str) -> list[dict]:
             ops.append({"op": "add", "path": "/metadata/annotations/runai~1shared-gpu-configmap", "value": prefix})
         else:
             ops.append({"op": "add", "path": "/metadata/annotations", "value": {SHARED_CONFIGMAP_ANNOTATION: prefix}})
-    suffix = f"i{index}" if section == "initContainers" else str(index)
-    capabilities = f"{prefix}-{suffix}"
+    capabilities = f"{prefix}-{_suffix(section, index)}"
     container = containers[index]
     base = f"/spec/{section}/{index}"
     env = container.get("env") if isinstance(container.get("env"), list) else None
