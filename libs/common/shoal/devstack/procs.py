@@ -35,27 +35,39 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 right now, below the ephemeral range when possible.
 
     The OS hands out ephemeral ports to outgoing connections too: a port picked with bind(0) and released
     could be taken by some client's connect() before our server binds it. Ports below the ephemeral range are
-    only taken by servers binding them explicitly.
+    only taken by servers binding them explicitly. A port is handed out once per process: servers launched
+    together bind theirs only later, so two picks in a row could otherwise name the same free port, and the
+    second server's readiness probe would be answered by the first (a CI run lost its node agent that way).
     """
     low, _high = _ephemeral_range()
     if low > 20000:
         for _ in range(50):
             port = random.randrange(15000, low)
+            if port in _HANDED_OUT:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue
                 if not port_open(port):
+                    _HANDED_OUT.add(port)
                     return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
