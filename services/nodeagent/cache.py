@@ -50,6 +50,7 @@ class ClusterCache:
             self.pod_query = {"field_selector": f"spec.nodeName={settings.node_name}"}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
+        self.views: dict[str, PodView] = {}  # uid -> the pod as a tick reads it, translated once per version
         self.by_node: dict[str, set[str]] = {}
         self.reservation_namespace = settings.reservation_namespace
         self.waiting: set[str] = set()  # nodes with a reservation pod that has no GPU yet: serve them now
@@ -72,6 +73,7 @@ class ClusterCache:
         if old is not None:
             self.by_node.get(_node_of(old), set()).discard(uid)
         self.pods[uid] = obj
+        self.views[uid] = pod_view(obj)
         self.by_node.setdefault(_node_of(obj), set()).add(uid)
         meta = obj.get("metadata") or {}
         if meta.get("namespace") == self.reservation_namespace and _node_of(obj) \
@@ -81,16 +83,18 @@ class ClusterCache:
 
     def drop_pod(self, obj: dict[str, Any]) -> None:
         old = self.pods.pop(_uid(obj), None)
+        self.views.pop(_uid(obj), None)
         if old is not None:
             self.by_node.get(_node_of(old), set()).discard(_uid(old))
 
     def replace_pods(self, objs: list[dict[str, Any]]) -> None:
-        self.pods, self.by_node = {}, {}
+        self.pods, self.views, self.by_node = {}, {}, {}
         for obj in objs:
             self.put_pod(obj)
 
     def pods_on(self, node: str) -> list[PodView]:
-        return [pod_view(self.pods[uid]) for uid in sorted(self.by_node.get(node, ()))]
+        views = self.views
+        return [views[uid] for uid in sorted(self.by_node.get(node, ()))]
 
     # ----- nodes -----------------------------------------------------------------------------------------
     def put_node(self, obj: dict[str, Any]) -> None:

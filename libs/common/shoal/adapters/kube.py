@@ -174,7 +174,20 @@ async def connect_kube(settings: KubeSettings) -> client.ApiClient:
             config.load_incluster_config(client_configuration=cfg)
     except ConfigException as exc:
         raise ConfigError([f"kubernetes client configuration, {config_source(settings, path)}: {exc}"]) from exc
-    return client.ApiClient(configuration=cfg)
+    api = client.ApiClient(configuration=cfg)
+    if not cfg.proxy and not _proxy_in_env():
+        # kubernetes_asyncio's session trusts the environment, so aiohttp re-reads the proxy variables and
+        # parses ~/.netrc on every request (~15 % of the binder's CPU); with no proxy configured there is
+        # nothing to find, so the session stops looking. A proxy in the environment keeps the lookup.
+        api.rest_client.pool_manager._trust_env = False  # noqa: SLF001 - aiohttp has no setter
+    return api
+
+
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")
+
+
+def _proxy_in_env() -> bool:
+    return any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARIABLES)
 
 
 class Kube:
