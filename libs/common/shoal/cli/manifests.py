@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -88,11 +89,69 @@ def _read_text(path: str) -> tuple[str, bool]:
     return raw.decode("utf-8"), path.endswith(".json")
 
 
+MAX_DEPTH = 100  # nesting levels a document may have; Kubernetes objects need about 20
+
+
+class TooDeep(ValueError):
+    """A document nested more deeply than MAX_DEPTH (or than the parser's own recursion allows)."""
+
+
 def _documents(text: str, is_json: bool) -> list[object]:
-    if is_json:
-        data = json.loads(text)
-        return list(data) if isinstance(data, list) else [data]
-    return list(yaml.safe_load_all(text))
+    try:
+        if is_json:
+            data = json.loads(text)
+            docs = list(data) if isinstance(data, list) else [data]
+        else:
+            docs = list(yaml.safe_load_all(text))
+    except RecursionError:
+        raise TooDeep(f"nested more than {MAX_DEPTH} levels deep") from None
+    for doc in docs:
+        if _depth(doc) > MAX_DEPTH:
+            raise TooDeep(f"nested more than {MAX_DEPTH} levels deep")
+    if _SURROGATE_ESCAPE.search(text):
+        docs = [_join_surrogates(doc) for doc in docs]
+    return docs
+
+
+# "\ud83d\ude00" escapes: JSON's (and YAML's) way to write a character beyond U+FFFF as a UTF-16 pair
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class BadCharacter(ValueError):
+    """A string holding half of a UTF-16 surrogate pair: no character at all."""
+
+
+def _text(value: str) -> str:
+    try:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16")  # joins the pairs PyYAML leaves split
+    except UnicodeDecodeError:
+        raise BadCharacter(f"a string holds an unpaired UTF-16 surrogate escape ({value!r})") from None
+
+
+def _join_surrogates(value: object) -> object:
+    """The document with every escaped surrogate pair joined into its character; BadCharacter for a lone half."""
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, dict):
+        return {(_text(k) if isinstance(k, str) else k): _join_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_join_surrogates(v) for v in value]
+    return value
+
+
+def _depth(value: object) -> int:
+    """The nesting depth of a parsed document, without recursion (YAML anchors may share nodes)."""
+    deepest, stack, seen = 0, [(value, 1)], set()
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _kai_config(config: object) -> dict | None:
@@ -147,12 +206,24 @@ def load_documents(paths: Iterable[str]) -> tuple[list[dict], list[Origin]]:
         except json.JSONDecodeError as exc:
             errors.append(f"{path}:1: document: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
             continue
+        except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other controls)
+            doc_no = text[: exc.position].count("\n---") + 1
+            line = text[: exc.position].count("\n") + 1
+            code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
+            errors.append(f"{path}:{doc_no}: document: invalid YAML at line {line}: character #x{code:04x} "
+                          "is not allowed")
+            continue
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             doc_no = text[: mark.index].count("\n---") + 1 if mark is not None else 1
             detail = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             line = f" at line {mark.line + 1}" if mark is not None else ""
             errors.append(f"{path}:{doc_no}: document: invalid YAML{line}: {detail}")
+            continue
+        except ValueError as exc:  # TooDeep, BadCharacter; an integer of more digits than Python converts (4,300)
+            detail = str(exc) if isinstance(exc, TooDeep | BadCharacter) else \
+                f"a number too long to read ({str(exc).split(';')[0]})"
+            errors.append(f"{path}:1: document: {detail}")
             continue
         for number, doc in enumerate(docs, start=1):
             if doc is None:

@@ -15,6 +15,7 @@ name no PodGroup get the podgrouper's (written back, as the podgrouper service w
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -62,6 +63,14 @@ def _meta(doc: Mapping) -> dict:
     return doc.setdefault("metadata", {})
 
 
+def _submap(meta: dict, key: str) -> dict:
+    """metadata.labels or .annotations as a dict to write into (absent or null: a new one)."""
+    value = meta.get(key)
+    if not isinstance(value, dict):
+        value = meta[key] = dict(value or {})
+    return value
+
+
 def _key(doc: Mapping) -> str:
     meta = doc.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
@@ -104,9 +113,9 @@ def _materialize_groups(docs: list[dict], ingest: IngestResult, now: str) -> Non
             continue
         name, subgroup = membership
         meta = _meta(doc)
-        meta.setdefault("annotations", {})[POD_GROUP_ANNOTATION] = name
+        _submap(meta, "annotations")[POD_GROUP_ANNOTATION] = name
         if subgroup is not None:
-            meta.setdefault("labels", {})[SUBGROUP_LABEL] = subgroup
+            _submap(meta, "labels")[SUBGROUP_LABEL] = subgroup
 
 
 def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
@@ -121,13 +130,13 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
             status = pod.setdefault("status", {})
             status["phase"] = "Running"
             status.pop("nominatedNodeName", None)
-            labels = _meta(pod).setdefault("labels", {})
+            labels = _submap(_meta(pod), "labels")
             if len(op.gpu_groups) == 1:
                 labels[GPU_GROUP_LABEL] = op.gpu_groups[0]
             else:
                 for group in op.gpu_groups:
                     labels[f"{GPU_GROUP_LABEL}/{group}"] = group
-            _meta(pod).setdefault("annotations", {})[RECEIVED_TYPE] = op.received_resource_type
+            _submap(_meta(pod), "annotations")[RECEIVED_TYPE] = op.received_resource_type
         elif isinstance(op, Pipeline) and op.pod in pods:
             pods[op.pod].setdefault("status", {})["nominatedNodeName"] = op.node
         elif isinstance(op, Evict) and op.pod in pods and op.pod not in removed:
@@ -138,10 +147,10 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
                 base = name.rsplit("-r", 1)[0] if _meta(pod).get("annotations", {}).get("shoal.io/recreated") else name
                 fresh = recreate_pod(pod, f"{base}-r{cycle}")
                 fresh["metadata"]["creationTimestamp"] = now
-                fresh["metadata"].setdefault("annotations", {})["shoal.io/recreated"] = "true"
+                _submap(fresh["metadata"], "annotations")["shoal.io/recreated"] = "true"
                 added.append(fresh)
         elif isinstance(op, Annotate) and op.pod_group in groups:
-            _meta(groups[op.pod_group]).setdefault("annotations", {})[op.key] = op.value
+            _submap(_meta(groups[op.pod_group]), "annotations")[op.key] = op.value
         elif isinstance(op, SetCondition) and op.pod_group in groups:
             groups[op.pod_group].setdefault("status", {})["schedulingConditions"] = [{
                 "type": "UnschedulableOnNodePool", "nodePool": op.node_pool or "default", "reason": "Unschedulable",
@@ -174,30 +183,38 @@ def default_now(documents: Sequence[object]) -> str:
     return latest
 
 
-def _prepare(documents: Sequence[Mapping], now: str | None) -> tuple[list, str]:
-    """The documents as the first cycle reads them (copied, workloads' pods made, creation stamped)
-    and the start time."""
+def _prepare(documents: Sequence[Mapping], now: str | None) -> tuple[list, str, list[Problem]]:
+    """The documents as the first cycle reads them (copied, workloads' pods made, creation stamped),
+    the start time, and the workloads too large to expand."""
     docs = [copy.deepcopy(dict(d)) if isinstance(d, Mapping) else d for d in documents]
-    valid = [d for d in docs if isinstance(d, dict)]
-    docs = docs + expand_workloads(valid)
+    where = [i for i, d in enumerate(docs) if isinstance(d, dict)]
+    problems: list[Problem] = []
+    docs = docs + expand_workloads([docs[i] for i in where], problems)
+    problems = [dataclasses.replace(p, index=where[p.index]) for p in problems]
     current = now or default_now(docs)
     _stamp_creation(docs, current)
-    return docs, current
+    return docs, current, problems
 
 
 def first_snapshot(documents: Sequence[Mapping], now: str | None = None,
                    config_doc: Mapping | None = None) -> IngestResult:
     """The snapshot `simulate` schedules in its first cycle (for benchmarks that repeat that cycle)."""
-    docs, current = _prepare(documents, now)
-    return snapshot_from_objects(docs, now=current, revision=1, config_doc=config_doc)
+    docs, current, problems = _prepare(documents, now)
+    result = snapshot_from_objects(docs, now=current, revision=1, config_doc=config_doc)
+    if problems:
+        result = dataclasses.replace(result, problems=tuple(sorted([*result.problems, *problems])))
+    return result
 
 
 def simulate(documents: Sequence[Mapping], *, cycles: int = 1, now: str | None = None,
              config_doc: Mapping | None = None, timer: Timer | None = None) -> SimulationResult:
     """Run `cycles` cycles over `documents`; stops early (with problems) if the input is invalid."""
     clock = timer or (lambda: 0.0)
-    docs, current = _prepare(documents, now)
+    docs, current, problems = _prepare(documents, now)
     result = SimulationResult()
+    if problems:
+        result.problems, result.documents = tuple(sorted(problems)), docs
+        return result
     for cycle in range(1, cycles + 1):
         started = clock()
         ingest = snapshot_from_objects(docs, now=current, revision=cycle, config_doc=config_doc)

@@ -59,7 +59,27 @@ def str_map(value: object, field: str) -> dict[str, str]:
 
 
 def metadata(obj: Mapping) -> Mapping:
-    return as_map(obj.get("metadata"), "metadata", required=True)
+    meta = as_map(obj.get("metadata"), "metadata", required=True)
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise IngestError(f"metadata.{key}", f"must be a mapping of strings, got {type_name(value)}")
+    return meta
+
+
+def type_name(value: object) -> str:
+    """A value's type as a manifest's author reads it: "a list", "a string", "a number", "a mapping"."""
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, str):
+        return "an empty string" if not value else "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return type(value).__name__
 
 
 def name_of(obj: Mapping) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 
+from shoal.core.ingest.common import IngestError, Problem
 from shoal.core.podgrouper import KUBEFLOW_SPECS, list_or_empty, mapping_or_empty, object_uid, stable_uid
 
 ROLE_LABEL = "training.kubeflow.org/job-role"
@@ -35,10 +36,28 @@ def _plain_map(value: object) -> dict:
     return {str(k): v for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
-def _count(value: object, default: int) -> int:
+MAX_PODS_PER_OWNER = 100_000  # Kubernetes' own bound on an indexed Job's completions and parallelism
+MAX_PODS = 1_000_000  # what one `shoal simulate` run expands in all
+
+
+class TooManyPods(IngestError):
+    """A workload that would expand to more pods than simulate makes (reported, never attempted)."""
+
+
+def _count(value: object, default: int, field: str = "spec.replicas") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         return default
+    if value > MAX_PODS_PER_OWNER:
+        raise TooManyPods(field, f"{value} is more pods than simulate makes for one workload "
+                                 f"(at most {MAX_PODS_PER_OWNER:,})")
     return max(value, 0)
+
+
+def _guard(made: int) -> None:
+    """Stop a workload whose pods, all together, pass MAX_PODS_PER_OWNER (replicas x size, x parallelism)."""
+    if made > MAX_PODS_PER_OWNER:
+        raise TooManyPods("spec", f"its pods number more than {MAX_PODS_PER_OWNER:,}, the most simulate makes for "
+                                  "one workload")
 
 
 def _owner_ref(owner: Mapping) -> dict:
@@ -69,7 +88,7 @@ def _pod(owner: Mapping, template: Mapping, name: str, labels: Mapping[str, str]
 
 def _job_pods(job: Mapping) -> list[dict]:
     spec = _spec(job)
-    parallelism = _count(spec.get("parallelism"), 1)
+    parallelism = _count(spec.get("parallelism"), 1, "spec.parallelism")
     completions = spec.get("completions")
     if isinstance(completions, int) and not isinstance(completions, bool):
         parallelism = min(parallelism, max(completions, 0))
@@ -97,8 +116,9 @@ def _kubeflow_pods(job: Mapping) -> list[dict]:
         template = rs.get("template") if isinstance(rs.get("template"), Mapping) else {}
         lower = str(role).lower()
         labels = {ROLE_LABEL: lower, REPLICA_TYPE_LABEL: lower}
-        for i in range(_count(rs.get("replicas"), 1)):
+        for i in range(_count(rs.get("replicas"), 1, f"spec.{KUBEFLOW_SPECS[str(job.get('kind'))]}.{role}.replicas")):
             pods.append(_pod(job, template, f"{name}-{lower}-{i}", labels))
+        _guard(len(pods))
     return pods
 
 
@@ -125,6 +145,7 @@ def _jobset_objects(jobset: Mapping) -> list[dict]:
             for pod in _job_pods(job):
                 pod["metadata"].setdefault("labels", {}).update(labels)
                 out.append(pod)
+            _guard(len(out))
     return out
 
 
@@ -132,11 +153,12 @@ def _lws_pods(lws: Mapping) -> list[dict]:
     spec = _spec(lws)
     name = str(_meta(lws).get("name"))
     template = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), Mapping) else {}
-    size = max(_count(template.get("size"), 1), 1)
+    size = max(_count(template.get("size"), 1, "spec.leaderWorkerTemplate.size"), 1)
     worker = template.get("workerTemplate") if isinstance(template.get("workerTemplate"), Mapping) else {}
     leader = template.get("leaderTemplate") if isinstance(template.get("leaderTemplate"), Mapping) else worker
     pods = []
     for group in range(_count(spec.get("replicas"), 1)):
+        _guard(len(pods) + size)
         base = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": str(group)}
         pods.append(_pod(lws, leader, f"{name}-{group}", {**base, "leaderworkerset.sigs.k8s.io/worker-index": "0"}))
         for w in range(1, size):
@@ -153,8 +175,10 @@ def _ray_pods(cluster: Mapping) -> list[dict]:
     for group in list_or_empty(spec.get("workerGroupSpecs")):
         if not isinstance(group, Mapping):
             continue
-        count = _count(group.get("minReplicas"), _count(group.get("replicas"), 0))
+        count = _count(group.get("minReplicas"), _count(group.get("replicas"), 0, "spec.workerGroupSpecs.replicas"),
+                       "spec.workerGroupSpecs.minReplicas")
         gname = str(group.get("groupName") or "workers")
+        _guard(len(pods) + count)
         for i in range(count):
             pods.append(_pod(cluster, mapping_or_empty(group.get("template")), f"{name}-{gname}-worker-{i}",
                              {"ray.io/node-type": "worker", "ray.io/group": gname}))
@@ -191,10 +215,12 @@ def _identity(obj: Mapping) -> set[tuple[str, str, str]]:
     return {(ns, str(obj.get("kind") or ""), str(_meta(obj).get("name") or "")), ("uid", "", object_uid(obj))}
 
 
-def expand_workloads(objects: Sequence[Mapping]) -> list[dict]:
+def expand_workloads(objects: Sequence[Mapping], problems: list[Problem] | None = None) -> list[dict]:
     """New objects (pods, JobSet Jobs) for the workloads in `objects` that own nothing yet.
 
-    A Job or ReplicaSet whose controller (a JobSet, a Deployment) is expanded here is left to it.
+    A Job or ReplicaSet whose controller (a JobSet, a Deployment) is expanded here is left to it. A
+    workload that would make more than MAX_PODS_PER_OWNER pods, or past MAX_PODS in all, makes none:
+    a Problem at its position in `objects` says so (appended to `problems` when given, else raised).
     """
     owned = _owned_keys(objects)
     expanding = [o for o in objects if str(o.get("kind") or "") in EXPANDERS and not (_identity(o) & owned)]
@@ -202,6 +228,7 @@ def expand_workloads(objects: Sequence[Mapping]) -> list[dict]:
     for obj in expanding:
         expanded_ids |= _identity(obj)
     created: list[dict] = []
+    position = {id(o): i for i, o in enumerate(objects)}
     for obj in expanding:
         ref = next((r for r in list_or_empty(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)), None)
         if ref is not None:
@@ -209,7 +236,17 @@ def expand_workloads(objects: Sequence[Mapping]) -> list[dict]:
             parent = {(ns, str(ref.get("kind") or ""), str(ref.get("name") or "")), ("uid", "", str(ref.get("uid") or ""))}
             if parent & expanded_ids:
                 continue
-        created.extend(EXPANDERS[str(obj.get("kind"))](obj))
+        try:
+            made = EXPANDERS[str(obj.get("kind"))](obj)
+            if len(created) + len(made) > MAX_PODS:
+                raise TooManyPods("spec", f"its pods would take this run past {MAX_PODS:,} pods, the most "
+                                          "simulate makes")
+        except TooManyPods as exc:
+            if problems is None:
+                raise
+            problems.append(Problem(position[id(obj)], exc.field, exc.message))
+            continue
+        created.extend(made)
     return created
 
 

@@ -27,8 +27,23 @@ _DECIMAL = {
 _PATTERN = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([A-Za-z]{0,2}))$")
 
 
+MAX_QUANTITY = 2**63 - 1  # Kubernetes keeps a quantity's value as a 64-bit integer
+MAX_EXPONENT = 30  # "1e30": any larger exponent is out of that range (or below a nano-unit) anyway
+
+
 class QuantityError(ValueError):
     """A value that is not a valid Kubernetes quantity."""
+
+
+class QuantityOutOfRange(QuantityError):
+    """A well-formed quantity too large for Kubernetes (or with an absurd exponent)."""
+
+
+def _bounded(number: Fraction, value: object) -> Fraction:
+    if abs(number) > MAX_QUANTITY:
+        raise QuantityOutOfRange(f"invalid quantity {value!r}: larger than {MAX_QUANTITY} (2^63-1), the most Kubernetes "
+                            "can hold")
+    return number
 
 
 def parse_quantity(value: object) -> Fraction:
@@ -36,11 +51,11 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"invalid quantity {value!r}")
     if isinstance(value, int | Fraction):
-        return Fraction(value)
+        return _bounded(Fraction(value), value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"invalid quantity {value!r}")
-        return Fraction(repr(value))
+        return _bounded(Fraction(repr(value)), value)
     if not isinstance(value, str):
         raise QuantityError(f"invalid quantity {value!r}")
     text = value.strip()
@@ -50,11 +65,14 @@ def parse_quantity(value: object) -> Fraction:
     number = Fraction(match.group(1))
     exponent, suffix = match.group(2), match.group(3) or ""
     if exponent:
-        return number * Fraction(10) ** int(exponent[1:])
+        power = int(exponent[1:])
+        if abs(power) > MAX_EXPONENT:
+            raise QuantityOutOfRange(f"invalid quantity {value!r}: exponent out of range (at most e{MAX_EXPONENT})")
+        return _bounded(number * Fraction(10) ** power, value)
     if suffix in _BINARY:
-        return number * _BINARY[suffix]
+        return _bounded(number * _BINARY[suffix], value)
     if suffix in _DECIMAL:
-        return number * _DECIMAL[suffix]
+        return _bounded(number * _DECIMAL[suffix], value)
     raise QuantityError(f"invalid quantity {value!r}: unknown suffix {suffix!r}")
 
 
@@ -67,7 +85,7 @@ def milli_units(value: object) -> int:
     """A quantity in thousandths, rounded up; repeated strings are parsed once (hot path)."""
     if type(value) is str:
         return _milli_text(value)
-    if type(value) is int:
+    if type(value) is int and -MAX_QUANTITY <= value <= MAX_QUANTITY:
         return value * 1000
     return math.ceil(parse_quantity(value) * 1000)
 
@@ -92,14 +110,16 @@ def parse_number(value: object) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"not a number: {value!r}")
     if isinstance(value, int):
-        return Fraction(value)
+        return _bounded(Fraction(value), value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"not a number: {value!r}")
-        return Fraction(repr(value))
+        return _bounded(Fraction(repr(value)), value)
     if isinstance(value, str):
         try:
             return parse_quantity(value)
+        except QuantityOutOfRange:
+            raise
         except QuantityError:
             raise QuantityError(f"not a number: {value!r}") from None
     raise QuantityError(f"not a number: {value!r}")

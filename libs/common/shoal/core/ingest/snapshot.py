@@ -21,6 +21,7 @@ from shoal.core.ingest.common import (
     name_of,
     namespace_of,
     parse_time,
+    type_name,
 )
 from shoal.core.ingest.config import KIND as CONFIG_KIND
 from shoal.core.ingest.config import IngestSettings, config_from
@@ -92,7 +93,7 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
     by_kind: dict[str, list[tuple[int, Mapping]]] = {}
     for index, obj in enumerate(objects):
         if not isinstance(obj, Mapping):
-            problems.append(Problem(index, "", "a document must be a mapping"))
+            problems.append(Problem(index, "", f"a document must be a mapping, got {type_name(obj)}"))
             continue
         kind = obj.get("kind")
         if not isinstance(kind, str) or not kind:
@@ -134,6 +135,7 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
     pods: dict[str, object] = {}
     generated: dict[str, dict] = {}
     membership: dict[str, tuple[str, str | None]] = {}
+    generated_by: dict[str, tuple[int, str]] = {}  # generated PodGroup -> (index, key) of the pod that made it
     for index, obj in pod_entries:
         key = _safe_key(obj)
         if key in pods:
@@ -143,8 +145,11 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
         managed = str(spec.get("schedulerName") or "default-scheduler") in settings.scheduler_names
         group_name, subgroup = "", None
         if managed:
+            known = len(generated)
             group_name, subgroup = _membership(obj, groups, generated, owners, classes)
             membership[key] = (group_name, subgroup)
+            if len(generated) > known:  # this pod made a PodGroup: the last one added
+                generated_by[next(reversed(generated))] = (index, key)
         binding = bindings.get(key)
         pod = attempt(index, lambda o=obj, g=group_name, s=subgroup, m=managed, b=binding:
                       pod_from(o, pod_group=g, subgroup=s, managed=m, now=now_text, binding=b))
@@ -157,9 +162,12 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
         pods[key] = msgspec.structs.replace(pods[key], eviction_blocked=True)
 
     for key, manifest in sorted(generated.items()):
-        group = attempt(-1, lambda m=manifest: podgroup_from(m, now_text))
-        if group is not None:
-            groups[key] = group
+        index, pod_key = generated_by.get(key, (-1, ""))
+        try:
+            groups[key] = podgroup_from(manifest, now_text)
+        except IngestError as exc:
+            if pod_key in pods or index < 0:  # else the pod's own problem (the same field, copied) says it
+                problems.append(Problem(index, f"PodGroup {key} made for it: {exc.field}", exc.message))
 
     if settings.partition:  # one shard: its nodes, its pod groups, the pods on them or in them
         nodes = {k: n for k, n in nodes.items() if n.pool == settings.partition}
