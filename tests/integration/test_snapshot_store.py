@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import pytest
 import pytest_asyncio
 from redis.asyncio import Redis
 
@@ -177,3 +178,29 @@ async def test_seen_ids_remember_handled_messages_until_they_expire(redis: Redis
     assert not await seen.mark_if_new("m2")
     await asyncio.sleep(0.8)
     assert not await seen.contains("m1") and await seen.mark_if_new("m2")
+
+
+async def test_a_snapshot_from_a_newer_schema_or_not_a_snapshot_is_refused_with_a_clear_error(
+        redis: Redis, node_pool: str) -> None:
+    from shoal.adapters.shard_snapshots import SnapshotUnreadable
+    from shoal.messages.snapshot import SNAPSHOT_SCHEMA, SnapshotBase, SnapshotDelta
+
+    writer = SnapshotWriter(redis)
+    stored = await writer.publish_base(node_pool, 1, model_of(nodes=1, pods=2).entries(), taken_at=NOW)
+    assert stored is not None
+    chain, _ = stored
+    # a delta written by a future snapshotter (its schema is newer than this reader's)
+    future = SnapshotDelta(shard=node_pool, revision=2, chain=chain, taken_at=NOW, schema=SNAPSHOT_SCHEMA + 1)
+    await redis.set(redis_keys.snapshot_delta(node_pool, 2), msgspec.msgpack.encode(future))
+    await redis.set(redis_keys.snapshot_latest(node_pool), 2)
+    with pytest.raises(SnapshotUnreadable, match=rf"delta 2 of shard .* is snapshot schema {SNAPSHOT_SCHEMA + 1}"):
+        await SnapshotReader(redis).read(node_pool)
+    # a base header that is not a snapshot at all
+    await redis.set(redis_keys.snapshot_latest(node_pool), 1)
+    await redis.set(redis_keys.snapshot_base(node_pool, 1), b"\x93not msgpack of a base")
+    with pytest.raises(SnapshotUnreadable, match=r"base 1 of shard .* cannot be decoded"):
+        await SnapshotReader(redis).read(node_pool)
+    older = msgspec.msgpack.decode(msgspec.msgpack.encode(SnapshotBase(shard="s", revision=1, chain="c",
+                                                                        taken_at=NOW, parts=0)))
+    del older["schema"]  # what writers before the schema field stored
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(older), type=SnapshotBase).schema == 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 from redis.asyncio import Redis
@@ -28,14 +29,32 @@ from redis.exceptions import WatchError
 from shoal.adapters import redis_keys
 from shoal.adapters.redis_client import redis_call
 from shoal.core.ingest.shard_model import FIELDS, Changes, Entries, ShardModel
-from shoal.errors import ConflictError, TransientError
-from shoal.messages.snapshot import SnapshotBase, SnapshotDelta
+from shoal.errors import ConflictError, PermanentError, TransientError
+from shoal.messages.snapshot import SNAPSHOT_SCHEMA, SnapshotBase, SnapshotDelta
 
+T = TypeVar("T")
 PART_ITEMS = 4_000  # entries per base part: pods are a few hundred bytes each
 _encoder = msgspec.msgpack.Encoder()
 _base = msgspec.msgpack.Decoder(SnapshotBase)
 _delta = msgspec.msgpack.Decoder(SnapshotDelta)
 _entries = msgspec.msgpack.Decoder(Entries)
+
+
+class SnapshotUnreadable(PermanentError):
+    """A stored snapshot this reader cannot use: written by a newer schema, or not a snapshot at all."""
+
+
+def _decode(decoder: msgspec.msgpack.Decoder[T], blob: bytes, what: str) -> T:
+    try:
+        value = decoder.decode(blob)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotUnreadable(f"{what} in Redis cannot be decoded ({exc}): it was not written by a Shoal "
+                                 "snapshotter of this version") from None
+    schema = getattr(value, "schema", SNAPSHOT_SCHEMA)
+    if schema > SNAPSHOT_SCHEMA:
+        raise SnapshotUnreadable(f"{what} in Redis is snapshot schema {schema}; this reader knows schema "
+                                 f"{SNAPSHOT_SCHEMA} and older: upgrade it, or roll the snapshotter back")
+    return value
 
 
 @dataclass
@@ -76,6 +95,7 @@ class SnapshotWriter:
         blobs = [_encoder.encode(part) for part in split(entries)]
         chain = uuid.uuid4().hex
         header = SnapshotBase(shard=shard, revision=revision, chain=chain, taken_at=taken_at, parts=len(blobs),
+                              schema=SNAPSHOT_SCHEMA,
                               require_podgroup=require_podgroup)
 
         async def write_parts() -> None:
@@ -96,6 +116,7 @@ class SnapshotWriter:
         """Store what `revision` changed: bytes written, or None when the latest revision is not
         `revision - 1` (another writer moved on: publish a base instead)."""
         blob = _encoder.encode(SnapshotDelta(shard=shard, revision=revision, chain=chain, taken_at=taken_at,
+                                             schema=SNAPSHOT_SCHEMA,
                                              changes=changes, require_podgroup=require_podgroup))
         stored = await redis_call("snapshot_delta", lambda: self._append(shard, revision, blob))
         return len(blob) if stored else None
@@ -213,7 +234,7 @@ class SnapshotReader:
         blobs = await redis_call("snapshot_deltas", lambda: self._redis.mget(keys))
         if any(blob is None for blob in blobs):
             return None
-        return [_delta.decode(blob) for blob in blobs]
+        return [_decode(_delta, blob, f"delta {first + i} of shard {shard!r}") for i, blob in enumerate(blobs)]
 
     async def _follow(self, shard: str, have: Current, latest: int) -> bool:
         deltas = await self._deltas(shard, have.revision + 1, latest)
@@ -234,14 +255,14 @@ class SnapshotReader:
         blob = await redis_call("snapshot_base", lambda: self._redis.get(redis_keys.snapshot_base(shard, base_rev)))
         if blob is None or base_rev > latest:
             return None
-        header = _base.decode(blob)
+        header = _decode(_base, blob, f"base {base_rev} of shard {shard!r}")
         keys = [redis_keys.snapshot_base_part(shard, base_rev, i) for i in range(header.parts)]
         parts = await redis_call("snapshot_base_parts", lambda: self._redis.mget(keys))
         if any(part is None for part in parts):
             return None
         model = ShardModel()
-        for part in parts:
-            model.apply(Changes(upserts=_entries.decode(part)))
+        for i, part in enumerate(parts):
+            model.apply(Changes(upserts=_decode(_entries, part, f"base {base_rev} part {i} of shard {shard!r}")))
         current = Current(revision=base_rev, chain=header.chain, taken_at=header.taken_at, model=model,
                           require_podgroup=header.require_podgroup)
         self.bases_read += 1

@@ -29,6 +29,9 @@ class InFlightBind(msgspec.Struct, frozen=True, kw_only=True):
     eviction: bool = False
 
 
+SNAPSHOT_SCHEMA = 1  # raised when a change to the stored structs would be misread by an older reader
+
+
 class SnapshotBase(msgspec.Struct, frozen=True, kw_only=True):
     """The header of a base: the whole model of `revision` is in `parts` msgpack Entries values."""
 
@@ -38,6 +41,7 @@ class SnapshotBase(msgspec.Struct, frozen=True, kw_only=True):
     taken_at: str  # RFC3339
     parts: int
     require_podgroup: bool = False  # pending pods wait for their PodGroup (assemble's require_podgroup)
+    schema: int = 1  # SNAPSHOT_SCHEMA of the writer; absent (older writers) means 1
 
 
 class SnapshotDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,6 +53,7 @@ class SnapshotDelta(msgspec.Struct, frozen=True, kw_only=True):
     taken_at: str
     changes: Changes = Changes()
     require_podgroup: bool = False
+    schema: int = 1
 
 
 class SnapshotPublished(Message, frozen=True, kw_only=True, tag="snapshot_published"):
