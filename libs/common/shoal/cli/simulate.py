@@ -112,13 +112,18 @@ def _where(index: int, field: str, origins: list[Origin], docs: list, config_pat
     if index < len(origins):
         return origins[index].where(field)
     doc = docs[index] if index < len(docs) else {}
-    refs = (doc.get("metadata") or {}).get("ownerReferences") or [{}]
-    owner = refs[0].get("name")
+    refs = _meta(doc).get("ownerReferences")
+    owner = refs[0].get("name") if isinstance(refs, list) and refs and isinstance(refs[0], dict) else None
     for i, candidate in enumerate(docs[: len(origins)]):
-        if isinstance(candidate, dict) and (candidate.get("metadata") or {}).get("name") == owner:
-            name = (doc.get("metadata") or {}).get("name")
+        if owner is not None and _meta(candidate).get("name") == owner:
+            name = _meta(doc).get("name")
             return origins[i].where(f"spec.template (pod {name}): {field}" if field else "spec.template")
     return f"(generated): {field or 'document'}"
+
+
+def _meta(doc: object) -> dict:
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    return meta if isinstance(meta, dict) else {}
 
 
 def run(args: argparse.Namespace) -> int:

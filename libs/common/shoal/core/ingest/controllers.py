@@ -223,7 +223,8 @@ def expand_workloads(objects: Sequence[Mapping], problems: list[Problem] | None 
     a Problem at its position in `objects` says so (appended to `problems` when given, else raised).
     """
     owned = _owned_keys(objects)
-    expanding = [o for o in objects if str(o.get("kind") or "") in EXPANDERS and not (_identity(o) & owned)]
+    expanding = [o for o in objects if str(o.get("kind") or "") in EXPANDERS and not (_identity(o) & owned)
+                 and isinstance(_meta(o).get("name"), str) and _meta(o)["name"]]  # unnamed: ingest reports it
     expanded_ids: set[tuple[str, str, str]] = set()
     for obj in expanding:
         expanded_ids |= _identity(obj)
