@@ -129,6 +129,7 @@ def request_signature(task: Task) -> tuple:
         task.frac_milli,
         task.frac_mem,
         task.devices,
+        task.compute_mode,
     )
 
 
@@ -192,7 +193,7 @@ def _node_key(task: Task, ns: NodeState, spread: bool) -> tuple[int, float, bool
         share = task.device_milli(ns)
         if share is None:
             return None
-        fit = fraction_fit(ns, share, task.devices, spread)
+        fit = fraction_fit(ns, share, task.devices, spread, task.compute_mode)
         if fit is None:
             return None
         new, frac_pipe, has_existing, free = fit
