@@ -27,6 +27,7 @@ COMPUTE_PORTION = ".gpu-compute.portion"  # binder-owned
 BINDER_OWNED = (DEVICES, COMPUTE_PORTION)
 CONTAINER_NAME = "gpu-fraction-container-name"
 MIB = 2**20
+MAX_MIB = 2**31  # 2 PiB: more than any GPU has; larger values are refused, never turned into huge integers
 
 MSG_MULTIPLE_CONTAINERS = "currently, kai doesn't support multiple containers with fractional GPU requests"
 
@@ -77,7 +78,9 @@ def _memory_mib(value: str) -> int | None:
         amount = parse_quantity(value)
     except QuantityError:
         return None
-    return int(-(-amount // MIB)) if amount > 0 else None
+    if amount <= 0 or amount > MAX_MIB * MIB:
+        return None
+    return int(-(-amount // MIB))
 
 
 def container_gpu_of(annotations: Mapping[str, str],
