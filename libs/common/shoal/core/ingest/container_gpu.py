@@ -64,6 +64,22 @@ def has_container_annotations(annotations: Mapping[str, str]) -> bool:
     return any(k.startswith(PREFIX) and not k.endswith(BINDER_OWNED) for k in annotations)
 
 
+def has_memory_annotations(annotations: Mapping[str, str]) -> bool:
+    """A per-container GPU memory request or limit: a GPU-sharing request (a compute mode alone is not)."""
+    return any(k.startswith(PREFIX) and k.endswith((REQUEST, LIMIT)) for k in annotations)
+
+
+def annotated_container(annotations: Mapping[str, object]) -> str | None:
+    """The container the first (sorted) request/limit/compute-mode annotation names, if any."""
+    for key in sorted(annotations):
+        if key.startswith(PREFIX):
+            rest = key[len(PREFIX):]
+            for suffix in (REQUEST, LIMIT, COMPUTE_MODE):
+                if rest.endswith(suffix) and len(rest) > len(suffix):
+                    return rest[: -len(suffix)]
+    return None
+
+
 def compute_mode_of(annotations: Mapping[str, str]) -> str | None:
     """The pod's (valid) compute mode, whichever container it names; None when not given."""
     for key in sorted(annotations):
