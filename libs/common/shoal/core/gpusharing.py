@@ -149,3 +149,14 @@ def portion_text(task: Task) -> str | None:
         milli = -(-task.frac_mem * DEVICE_MILLI // mem)
     hundredths = (milli + 5) // 10
     return f"{hundredths // 100}.{hundredths % 100:02d}"
+
+
+def received_memory_mib(task: Task) -> int | None:
+    """The GPU memory (MiB per device) a placed fraction receives: its memory request, or its portion of the
+    node's GPU memory rounded down (KAI's HamiCore/NvFractions arithmetic); None when the node has no label."""
+    if task.frac_mem is not None:
+        return task.frac_mem
+    node = task.node
+    if task.frac_milli is None or node is None or not node.gpu_mem:
+        return None
+    return node.gpu_mem * task.frac_milli // DEVICE_MILLI
