@@ -89,3 +89,25 @@ def test_pool_modes():
     assert modes == {"a": "NvFractions", "b": "Disabled"} and len(problems) == 2
     assert mode_for_pool("HamiCore", modes, "a") == "NvFractions"
     assert mode_for_pool("HamiCore", modes, "z") == "HamiCore"
+
+
+def test_scheduler_config_gpu_sharing_mode():
+    from shoal.core.ingest.common import IngestError
+    from shoal.core.ingest.config import config_from
+
+    assert config_from(None)[0].gpu_sharing_mode == "NonMemoryEnforced"
+    assert config_from({"spec": {"gpuSharingMode": "NvFractions"}})[0].gpu_sharing_mode == "NvFractions"
+    with pytest.raises(IngestError) as err:
+        config_from({"spec": {"gpuSharingMode": "Fractions"}})
+    assert err.value.field == "spec.gpuSharingMode" and "unknown GPU sharing mode 'Fractions'" in err.value.message
+
+
+def test_service_mode_fills_the_planner_config_unless_it_sets_one():
+    from shoal.core.sharing_mode import with_sharing_mode
+
+    assert with_sharing_mode(None, "NonMemoryEnforced") is None
+    assert with_sharing_mode(None, "Disabled")["spec"] == {"gpuSharingMode": "Disabled"}
+    doc = {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig", "spec": {"kValue": 2}}
+    assert with_sharing_mode(doc, "HamiCore")["spec"] == {"kValue": 2, "gpuSharingMode": "HamiCore"}
+    own = {"spec": {"gpuSharingMode": "NvFractions"}}
+    assert with_sharing_mode(own, "Disabled") == own
