@@ -16,6 +16,7 @@ from operator import attrgetter, is_
 
 from shoal.core import model
 from shoal.core.model import Node, Pod, PodGroup, Queue, Snapshot
+from shoal.core.sharing_mode import TIME_SLICING
 
 # task states
 PENDING = 0
@@ -30,7 +31,6 @@ _NAMESPACE = attrgetter("namespace")
 _NAME = attrgetter("name")
 _is_none = partial(is_, None)
 
-TIME_SLICING = "time-slicing"  # shoal.core.sharing_mode.TIME_SLICING (the default compute mode)
 GPU_MEMORY_PLACEHOLDER_MIB = 100  # KAI's value when nvidia.com/gpu.memory is missing
 DEVICE_MILLI = 1000
 
