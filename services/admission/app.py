@@ -45,6 +45,7 @@ def build(settings: AdmissionSettings) -> web.Application:
 
         admission = Admission(metrics=metrics, runtime_class_exists=RuntimeClassLookup(kube),
                               list_queues=list_queues, gpu_sharing=settings.gpu_sharing,
+                              gpu_sharing_mode=settings.gpu_sharing_mode, pool_modes=settings.pool_modes(),
                               runtime_class=settings.injected_runtime_class, scheduler_names=settings.scheduler_names,
                               pod_warning=PodEvents(kube) if settings.pod_events else None)
         webhooks = web.Application()
@@ -58,6 +59,7 @@ def build(settings: AdmissionSettings) -> web.Application:
             await site.start()
             port = runner.addresses[0][1]
             log.info("webhook_serving", host=host, port=port, gpu_sharing=settings.gpu_sharing,
+                     gpu_sharing_mode=settings.gpu_sharing_mode, pool_gpu_sharing_modes=settings.pool_modes(),
                      runtime_class=settings.injected_runtime_class)
             name = registration.instance_name(hook.config_name, settings.topic_prefix)
             if hook.register:

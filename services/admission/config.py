@@ -10,7 +10,7 @@ from typing import Annotated, ClassVar
 
 from msgspec import Meta
 
-from shoal.settings import Port, Section, ServiceSettings, doc
+from shoal.settings import GpuSharingServiceSettings, Port, Section, doc
 
 
 class WebhookSettings(Section, frozen=True, kw_only=True):
@@ -39,12 +39,12 @@ class WebhookSettings(Section, frozen=True, kw_only=True):
         return []
 
 
-class AdmissionSettings(ServiceSettings, frozen=True, kw_only=True):
+class AdmissionSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     env_aliases: ClassVar[dict[str, str]] = {"scheduler_names": "SHOAL_SCHEDULER_NAME"}  # as shoal-config sets
 
     scheduler_names: Annotated[tuple[str, ...], doc("pods with one of these schedulerNames are reviewed")] = (
         "shoal-scheduler",)
-    gpu_sharing: Annotated[bool, doc("false rejects every fraction pod (KAI's default)")] = True
+    gpu_sharing: Annotated[bool, doc("false: Disabled whatever the mode (KAI's legacy global.gpuSharing)")] = True
     runtime_class: Annotated[str, doc("injected into fraction pods if it exists; none disables")] = "nvidia"
     pod_events: Annotated[bool, doc("also a Warning event on a pod whose runtimeClass was skipped")] = True
     webhook: WebhookSettings = WebhookSettings()

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from services.admission import sharing
 from services.admission import translate as t
 from shoal.adapters import kube as k
 from shoal.errors import NotFoundError, ShoalError
@@ -73,6 +74,8 @@ class Admission:
     runtime_class_exists: RuntimeClassExists
     list_queues: ListQueues
     gpu_sharing: bool = True
+    gpu_sharing_mode: str = "NonMemoryEnforced"
+    pool_modes: dict[str, str] = field(default_factory=dict)
     runtime_class: str = "nvidia"
     scheduler_names: tuple[str, ...] = ("shoal-scheduler",)
     pod_warning: PodWarning | None = None
@@ -114,6 +117,9 @@ class Admission:
 
         return endpoint
 
+    def _mode(self, pod: Mapping) -> str:
+        return sharing.pod_mode(pod, self.gpu_sharing_mode, self.pool_modes, self.gpu_sharing)
+
     def _ours(self, pod: Mapping) -> bool:
         spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
         return str(spec.get("schedulerName") or "") in self.scheduler_names
@@ -128,7 +134,7 @@ class Admission:
         if not self._ours(pod):
             return review_response(uid, allowed=True)
         name = t.pod_display_name(pod, str(review.get("namespace") or ""), str(review.get("name") or ""))
-        denial = t.validate_pod(pod, gpu_sharing=self.gpu_sharing, display_name=name)
+        denial = t.validate_pod(pod, gpu_sharing=self.gpu_sharing, display_name=name, mode=self._mode(pod))
         return review_response(uid, allowed=denial is None, message=denial or "")
 
     async def mutate_pod(self, review: dict, uid: str) -> dict:
@@ -137,7 +143,7 @@ class Admission:
             return review_response(uid, allowed=True)
         exists = await self.runtime_class_exists(self.runtime_class) if self.runtime_class else False
         mutation = t.mutate_pod(pod, runtime_class=self.runtime_class, runtime_class_exists=bool(exists),
-                                gpu_sharing=self.gpu_sharing, random7=random_suffix())
+                                gpu_sharing=self.gpu_sharing, random7=random_suffix(), mode=self._mode(pod))
         warnings = list(mutation.warnings)
         if exists is None and warnings:
             warnings = [f"could not read RuntimeClass {self.runtime_class!r}: runtimeClassName not injected"]

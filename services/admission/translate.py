@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from shoal.core.ingest import gpu_env
+from services.admission import sharing
+from shoal.core.ingest import container_gpu
+from shoal.core.sharing_mode import DEFAULT_MODE, DISABLED, disabled_message
 
 GPU_FRACTION = "gpu-fraction"
 GPU_MEMORY = "gpu-memory"
@@ -83,9 +85,10 @@ def _requests_whole_gpu(pod: Mapping) -> bool:
 
 
 def is_sharing_request(pod: Mapping) -> bool:
-    """The pod asks for a shared GPU (a fraction annotation of any kind)."""
+    """The pod asks for a shared GPU (a fraction annotation of any kind, per-container memory included)."""
     annotations = _annotations(pod)
-    return any(key in annotations for key in (GPU_FRACTION, GPU_MEMORY, NUM_DEVICES))
+    return any(key in annotations for key in (GPU_FRACTION, GPU_MEMORY, NUM_DEVICES)) or (
+        container_gpu.has_memory_annotations(annotations))
 
 
 def pod_display_name(pod: Mapping, request_namespace: str = "", request_name: str = "") -> str:
@@ -95,16 +98,20 @@ def pod_display_name(pod: Mapping, request_namespace: str = "", request_name: st
     return f"{namespace}/{name}"
 
 
-def validate_pod(pod: Mapping, *, gpu_sharing: bool, display_name: str = "") -> str | None:
-    """The denial message for a pod's GPU-sharing request, or None when it is valid (or asks for none)."""
+def validate_pod(pod: Mapping, *, gpu_sharing: bool = True, display_name: str = "",
+                 mode: str = DEFAULT_MODE) -> str | None:
+    """The denial message for a pod's GPU-sharing request, or None when it is valid (or asks for none).
+    `mode`: the pod's GPU sharing mode (`sharing.pod_mode`); `gpu_sharing=False` is the legacy Disabled."""
+    owned = sharing.binder_owned_problem(pod)
+    if owned:
+        return owned
     if not is_sharing_request(pod):
         annotations = _annotations(pod)
         if annotations.get(MPS, "").lower() == "true":
             return MPS_WITHOUT_FRACTION
-        return None
-    if not gpu_sharing:
-        name = display_name or pod_display_name(pod)
-        return f"attempting to create a pod {name} with gpu sharing request, while GPU sharing is disabled"
+        return sharing.container_problem(pod)  # a compute mode alone: its value is still checked
+    if not gpu_sharing or mode == DISABLED:
+        return disabled_message(display_name or pod_display_name(pod))
     annotations = _annotations(pod)
     has_fraction, has_memory = GPU_FRACTION in annotations, GPU_MEMORY in annotations
     if has_fraction and parse_fraction(annotations[GPU_FRACTION]) is None:
@@ -123,7 +130,7 @@ def validate_pod(pod: Mapping, *, gpu_sharing: bool, display_name: str = "") -> 
     wanted = annotations.get(CONTAINER_NAME)
     if wanted is not None and wanted not in {str(c.get("name")) for c in _containers(pod)}:
         return f"gpu-fraction-container-name annotation names container {wanted!r}, which the pod does not have"
-    return None
+    return sharing.container_problem(pod)
 
 
 @dataclass(frozen=True)
@@ -133,16 +140,17 @@ class Mutation:
 
 
 def mutate_pod(pod: Mapping, *, runtime_class: str, runtime_class_exists: bool, gpu_sharing: bool = True,
-               random7: str = "0000000") -> Mutation:
-    """A valid fraction pod's GPU container gets its env from the pod's GPU ConfigMaps (KAI's names, see
-    `shoal.core.ingest.gpu_env`; `random7` makes the prefix unique), and `runtimeClassName` is injected when
-    the pod has none, only if that RuntimeClass exists."""
-    if not is_sharing_request(pod) or validate_pod(pod, gpu_sharing=gpu_sharing) is not None:
+               random7: str = "0000000", mode: str = DEFAULT_MODE) -> Mutation:
+    """A valid fraction pod's GPU container gets what its mode passes the GPU by (`sharing.mode_patch`: the env
+    from the pod's GPU ConfigMaps, KAI's names, `random7` making the prefix unique; or NvFractions'
+    annotations), and `runtimeClassName` is injected when the pod has none, only if that RuntimeClass exists."""
+    if not is_sharing_request(pod) or validate_pod(pod, gpu_sharing=gpu_sharing, mode=mode) is not None:
         return Mutation()
     annotations = _annotations(pod)
-    if GPU_FRACTION not in annotations and GPU_MEMORY not in annotations:
+    if GPU_FRACTION not in annotations and GPU_MEMORY not in annotations and not (
+            container_gpu.has_memory_annotations(annotations)):
         return Mutation()
-    patch = gpu_env.env_patch(pod, random7)
+    patch = sharing.mode_patch(pod, mode, random7)
     if not runtime_class or _map(pod.get("spec")).get("runtimeClassName"):
         return Mutation(patch=patch)
     if not runtime_class_exists:

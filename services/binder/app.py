@@ -44,7 +44,8 @@ def build(settings: BinderSettings) -> web.Application:
                             reservation_timeout_s=settings.reservation_timeout_s,
                             reservation_image=settings.reservation_image,
                             eviction_mode=settings.eviction_mode,
-                            reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel)
+                            reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel,
+                            sharing_mode_of=settings.mode_for)
             app[BINDER] = binder
             consumer = Consumer(settings.kafka, [topics.PLANS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=PlanIssued, handler=binder.start_plan, pipeline=settings.pipeline,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from shoal.settings import PositiveInt, ServiceSettings, doc
+from shoal.settings import GpuSharingServiceSettings, PositiveInt, doc
 
 
-class BinderSettings(ServiceSettings, frozen=True, kw_only=True):
+class BinderSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (shared with the node agent)")] = (
         "kai-resource-reservation")
     reservation_image: Annotated[str, doc("image of the GPU reservation pods (KAI: --resource-reservation-pod-image)")] = (

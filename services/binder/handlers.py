@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from services.binder import fractions
 from services.binder import kubeobjects as ko
+from services.binder.fractions import FractionRefused
 from services.binder.reservation_watch import ReservationWatch
 from services.binder.reservations import stale_reservations
 from shoal.adapters import kube as k
@@ -31,6 +34,7 @@ from shoal.core.plan import (
     Reserve,
     SetCondition,
 )
+from shoal.core.sharing_mode import DEFAULT_MODE, DISABLED, disabled_message
 from shoal.errors import ConflictError, NotFoundError, PermanentError, TransientError
 from shoal.logging import get_logger
 from shoal.messages import topics
@@ -71,6 +75,7 @@ class Binder:
     reservation_grace_s: float = 30.0
     parallel: int = 64  # API calls in flight per plan phase
     reservations: ReservationWatch | None = None  # GPU ids of reservation pods from a watch (None: read the pod)
+    sharing_mode_of: Callable[[str], str] = lambda shard: DEFAULT_MODE  # SHOAL_[POOL_]GPU_SHARING_MODE(S)
     _events: dict[tuple, float] = field(default_factory=dict)
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
@@ -188,7 +193,7 @@ class Binder:
         if isinstance(op, Bind):
             await self.bind(plan, op)
         elif isinstance(op, Reserve):
-            await self.ensure_reservation(op.node, op.gpu_group)
+            await self.ensure_reservation(op.node, op.gpu_group, compute_mode=op.compute_mode)
         elif isinstance(op, BindNotice):
             await self.event("Pod", op.pod, op.reason, op.message, op.type, uid=op.pod_uid)
         elif isinstance(op, Pipeline):
@@ -225,7 +230,8 @@ class Binder:
         namespace, name = ko.split(op.pod)
         try:
             if op.gpu_groups:
-                await self.prepare_fraction(op)  # may wait for the node agent up to the reservation timeout
+                # may wait for the node agent up to the reservation timeout
+                await self.prepare_fraction(op, self.sharing_mode_of(plan.shard))
                 if not await self._still_leased(plan, op):
                     return  # the lease ran out meanwhile: a newer plan may have used these GPUs
             await self.kube.create(k.PODS, ko.binding(op.pod, op.node), namespace=namespace, name=name,
@@ -237,7 +243,7 @@ class Binder:
                 return
             await self._bind_failed(plan, op, "pod is already bound to another node or was replaced")
             return
-        except (PermanentError, TransientError, TimeoutError) as exc:
+        except (PermanentError, TransientError, TimeoutError, FractionRefused) as exc:
             await self._bind_failed(plan, op, str(exc) or type(exc).__name__)
             return
         await self._bound(plan, op, started)
@@ -275,27 +281,38 @@ class Binder:
         self._notices.setdefault(plan.plan_id, []).append(notice)
 
     # ---- shared GPUs -----------------------------------------------------------------------------
-    async def prepare_fraction(self, op: Bind) -> None:
-        """Reservation pod per group (created once), then the pod's labels, annotation and GPU ConfigMap."""
+    async def prepare_fraction(self, op: Bind, mode: str = DEFAULT_MODE) -> None:
+        """Reservation pod per group (created once), then what the GPU sharing mode passes the GPU by (the GPU
+        ConfigMaps, or NvFractions' annotations: `fractions`) and the pod's labels and annotations."""
+        if mode == DISABLED:
+            raise FractionRefused(disabled_message(op.pod))
         # the pod is read while the node agent assigns the reservations' GPUs; the ConfigMap and the pod's
         # labels are independent writes, both done before the binding
-        *uuids, pod = await asyncio.gather(*(self.ensure_reservation(op.node, group, wait=True)
+        *uuids, pod = await asyncio.gather(*(self.ensure_reservation(op.node, group, wait=True,
+                                                                     compute_mode=op.compute_mode)
                                              for group in op.gpu_groups), self._get(k.PODS, op.pod))
         if pod is None:
             raise NotFoundError(f"pod {op.pod} is gone")
         namespace, name = ko.split(op.pod)
-        capabilities, evar = ko.fraction_configmaps(pod, uuids, op.fraction or "")
-        await asyncio.gather(
-            self._apply_configmap(capabilities), self._ensure_configmap(evar),
-            self.kube.patch(k.PODS, name, {"metadata": {
-                "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
-                "annotations": {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type}}}, namespace=namespace))
+        annotations = {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type,
+                       **fractions.pod_annotations(pod, op, uuids, mode)}
+        writes = []
+        if fractions.uses_configmaps(mode):
+            capabilities, evar = ko.fraction_configmaps(pod, uuids, op.fraction or "",
+                                                        fractions.capabilities_extra(op, mode))
+            writes = [self._apply_configmap(capabilities), self._ensure_configmap(evar)]
+        await asyncio.gather(*writes, self.kube.patch(k.PODS, name, {"metadata": {
+            "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
+            "annotations": annotations}}, namespace=namespace))
 
-    async def ensure_reservation(self, node: str, group: str, *, wait: bool = False) -> str:
+    async def ensure_reservation(self, node: str, group: str, *, wait: bool = False,
+                                 compute_mode: str | None = None) -> str:
         name = ko.reservation_name(node, group)
         ns = self.reservation_namespace
         try:
-            await self.kube.create(k.PODS, ko.reservation_pod(node, group, ns, image=self.reservation_image), namespace=ns)
+            await self.kube.create(k.PODS, ko.reservation_pod(
+                node, group, ns, image=self.reservation_image,
+                annotations=fractions.reservation_annotations(compute_mode)), namespace=ns)
             self._reservations.inc()
             log.info("reservation_pod_created", node=node, gpu_group=group, pod=f"{ns}/{name}")
         except ConflictError:

@@ -43,7 +43,8 @@ def reservation_name(node: str, group: str) -> str:
 
 
 def reservation_pod(node: str, group: str, namespace: str, *, tolerations: list | None = None,
-                    service_account: str = "", image: str = RESERVATION_IMAGE) -> dict:
+                    service_account: str = "", image: str = RESERVATION_IMAGE,
+                    annotations: dict[str, str] | None = None) -> dict:
     spec = {
         "nodeName": node,
         "containers": [{"name": "reservation", "image": image,
@@ -56,7 +57,7 @@ def reservation_pod(node: str, group: str, namespace: str, *, tolerations: list 
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": reservation_name(node, group), "namespace": namespace,
                          "labels": {"app": RESERVATION_APP, GPU_GROUP_LABEL: group},
-                         "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+                         "annotations": {"karpenter.sh/do-not-disrupt": "true", **(annotations or {})}},
             "spec": spec}
 
 
@@ -67,7 +68,8 @@ def gpu_group_labels(groups: tuple[str, ...]) -> dict[str, str]:
     return {f"{GPU_GROUP_LABEL}/{g}": g for g in groups}
 
 
-def fraction_configmaps(pod: dict, uuids: list[str], portion: str) -> tuple[dict, dict]:
+def fraction_configmaps(pod: dict, uuids: list[str], portion: str,
+                        extra: dict[str, str] | None = None) -> tuple[dict, dict]:
     """The pod's two GPU ConfigMaps (KAI's names, `gpu_env`), owned by the pod: the capabilities map
     (NVIDIA_VISIBLE_DEVICES, GPU_PORTION, RUNAI_NUM_OF_GPUS; its container reads them by configMapKeyRef) and
     the `-evar` map its container reads with envFrom (empty here; the node agent adds MPS limits to it)."""
@@ -79,7 +81,8 @@ def fraction_configmaps(pod: dict, uuids: list[str], portion: str) -> tuple[dict
                 "metadata": {"name": name, "namespace": meta["namespace"], **owner}, "data": data}
 
     capabilities = configmap(gpu_env.capabilities_name(pod), {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "GPU_PORTION": portion, "RUNAI_NUM_OF_GPUS": portion})
+        "NVIDIA_VISIBLE_DEVICES": ",".join(uuids), "GPU_PORTION": portion, "RUNAI_NUM_OF_GPUS": portion,
+        **(extra or {})})
     return capabilities, configmap(gpu_env.evar_name(pod), {})
 
 

@@ -210,8 +210,8 @@ class NodeAgentApp:
                     refs[proc.pid] = ref
             observed = self.observed_devices(pods)
         pool = node.labels.get(self.settings.node_pool_label, "")
-        result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool), refs=refs,
-                            observed=observed)
+        result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool),
+                            sharing_mode=self.settings.mode_for(pool), refs=refs, observed=observed)
         await self.act(node, inv, agent, result, pods)
         if isinstance(inv, FakeInventory):
             inv.sync_simulated(simulated_usage(pods, result.pod_gpus))

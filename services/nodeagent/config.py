@@ -7,12 +7,12 @@ from typing import Annotated, ClassVar, Literal
 from msgspec import Meta
 
 from services.nodeagent.memory_policy import POLICIES, PolicyConfig
-from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings, doc
+from shoal.settings import GpuSharingServiceSettings, PositiveFloat, PositiveInt, doc
 
 NonNegativeInt = Annotated[int, Meta(ge=0)]
 
 
-class NodeAgentSettings(ServiceSettings, frozen=True, kw_only=True):
+class NodeAgentSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     env_aliases: ClassVar[dict[str, str]] = {"backend": "SHOAL_GPU_SOURCE"}  # as deploy/k8s sets it
 
     node_name: Annotated[str, doc("the node served (DaemonSet: from the downward API); required unless "
@@ -58,7 +58,7 @@ class NodeAgentSettings(ServiceSettings, frozen=True, kw_only=True):
         )
 
     def problems(self) -> list[str]:
-        found = []
+        found = super().problems()
         if not self.all_fake_nodes and not self.node_name:
             found.append("SHOAL_NODE_NAME: required unless SHOAL_ALL_FAKE_NODES=true")
         if self.all_fake_nodes and self.backend != "fake":

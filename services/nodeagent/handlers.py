@@ -35,9 +35,11 @@ from services.nodeagent.shares import (
     is_fractional,
     parse_share,
 )
+from services.nodeagent.sharing_modes import mode_policy, mps_values, writes_mps_configmaps
 from services.nodeagent.telemetry import GpuStat, MigStat, PodGpuStat
 from services.nodeagent.timeslice import compute_plan, mps_env
 from services.nodeagent.translate import NodeView, PodView
+from shoal.core.sharing_mode import NON_MEMORY_ENFORCED
 
 MPS_NODE_LABEL = "nvidia.com/gpu.sharing-strategy"
 
@@ -151,10 +153,12 @@ class NodeAgent:
         now: float,
         *,
         policy: PolicyConfig,
+        sharing_mode: str = NON_MEMORY_ENFORCED,
         refs: Mapping[int, ContainerRef] | None = None,
         observed: Mapping[str, tuple[str, ...]] | None = None,
     ) -> TickResult:
         result = TickResult()
+        policy = mode_policy(policy, sharing_mode)
         pods = sorted((p for p in pods if p.node_name == node.name), key=lambda p: p.key)
         gpus = tuple(sorted(sample.gpus, key=lambda g: g.index))
         gpu_by_uuid = {g.uuid: g for g in gpus}
@@ -233,7 +237,7 @@ class NodeAgent:
                     compute[(s.pod_uid, binding.gpu_uuid)] = plan.share(s.pod_key)
             self.plan_no += 1
 
-        if self.config.mps or node.labels.get(MPS_NODE_LABEL) == "mps":
+        if (self.config.mps or node.labels.get(MPS_NODE_LABEL) == "mps") and writes_mps_configmaps(sharing_mode):
             self._mps_configmaps(bindings, share_pods, mode, result)
 
         result.gpus = tuple(
@@ -282,7 +286,7 @@ class NodeAgent:
                     continue  # multi-device pods: the first GPU's values (limits are per device and equal)
                 seen.add(pod.uid)
                 name = f"{prefix}-{pod.fraction_container}-evar"
-                data = mps_env(s, mode)
+                data = mps_values(mps_env(s, mode), s.compute_mode)
                 if self.written.get((pod.namespace, name)) != data:
                     result.configmaps.append(WriteConfigMap(pod.namespace, name, data, pod.name, pod.uid))
 

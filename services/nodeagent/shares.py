@@ -3,6 +3,9 @@
 Memory: `gpu-fraction: f` (0 < f < 1) → floor(f × GPU MiB); `gpu-memory: m` (positive MiB).
 Dynamic fractions: `gpu-fraction-limit` (f ≤ limit ≤ 1) or `gpu-memory-limit` (MiB ≥ request);
 without a limit the limit equals the request (a static fraction).
+KAI v0.18 per-container memory (`nvidia.com/container.<c>.gpu-memory.request|limit`, Kubernetes quantities,
+rounded up to MiB; a limit alone is also the request) is a memory request like `gpu-memory`, and the pod's
+`.gpu-compute.mode` is kept on the share (`compute_mode`, None when not stated).
 Compute per time-slicing mode (gpu-sharing.md §1.3):
   gpu-fraction x → strict x / x, fair x / 1.0;  gpu-memory → 0 / 1.0 in both modes.
 """
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from services.nodeagent.translate import PodView
-from shoal.core.ingest import gpu_env
+from shoal.core.ingest import container_gpu, gpu_env
 from shoal.core.ingest.quantity import QuantityError, parse_quantity
 
 FRACTION = "gpu-fraction"
@@ -38,6 +41,7 @@ class ShareSpec:
     priority: int
     created: str
     fraction: Fraction | None  # the gpu-fraction, when the request was given as one
+    compute_mode: str | None = None  # nvidia.com/container.<c>.gpu-compute.mode, when stated
 
     @property
     def dynamic(self) -> bool:
@@ -51,7 +55,8 @@ class ShareError:
 
 
 def is_fractional(pod: PodView) -> bool:
-    return FRACTION in pod.annotations or MEMORY in pod.annotations
+    return FRACTION in pod.annotations or MEMORY in pod.annotations or (
+        container_gpu.has_memory_annotations(pod.annotations))
 
 
 def gpu_groups(pod: PodView) -> tuple[str, ...]:
@@ -80,7 +85,15 @@ def parse_share(pod: PodView, gpu_memory_mib: int, mode: str = "none") -> ShareS
     if FRACTION in pod.annotations and MEMORY in pod.annotations:
         return ShareError(pod.key, "cannot request both GPU and GPU memory")
     fraction: Fraction | None = None
-    if FRACTION in pod.annotations:
+    per_container, problem = container_gpu.container_gpu_of(
+        pod.annotations, (container_gpu.annotated_container(pod.annotations) or "",))
+    if problem:
+        return ShareError(pod.key, problem)
+    if per_container is not None and per_container.request_mib is not None:
+        request = per_container.request_mib
+        limit = max(per_container.limit_mib or request, request)
+        compute_request, compute_limit = Fraction(0), Fraction(1)
+    elif FRACTION in pod.annotations:
         got = _fraction(pod, FRACTION)
         if isinstance(got, ShareError):
             return got
@@ -116,6 +129,9 @@ def parse_share(pod: PodView, gpu_memory_mib: int, mode: str = "none") -> ShareS
         compute_request, compute_limit = Fraction(0), Fraction(1)
     else:
         return ShareError(pod.key, "not a fractional pod")
+    compute_mode = container_gpu.compute_mode_of(pod.annotations)
+    if compute_mode == "sm-sharing" and compute_request == 0 and gpu_memory_mib > 0:
+        compute_request = Fraction(min(request, gpu_memory_mib), gpu_memory_mib)  # its SMs: its share of the card
     return ShareSpec(
         pod_uid=pod.uid,
         pod_key=pod.key,
@@ -126,4 +142,5 @@ def parse_share(pod: PodView, gpu_memory_mib: int, mode: str = "none") -> ShareS
         priority=pod.priority,
         created=pod.created,
         fraction=fraction,
+        compute_mode=compute_mode,
     )

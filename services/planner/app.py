@@ -38,7 +38,8 @@ def build(settings: PlannerSettings) -> web.Application:
                 inflight=InFlight(redis), bus=bus, metrics=metrics, topic_prefix=prefix,
                 inflight_ttl_s=settings.inflight_ttl_s,
                 fairshare_stale_revisions=settings.fairshare_stale_revisions,
-                config_doc=load_config_doc(settings.scheduler_config), history=usage_source(redis, settings.usage))
+                config_doc=load_config_doc(settings.scheduler_config), history=usage_source(redis, settings.usage),
+                sharing_mode_of=settings.mode_for)
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=SnapshotPublished, handler=planner.on_snapshot, metrics=metrics)
             app[CONSUMER] = consumer

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from shoal.adapters.usage_history import UsageSettings
-from shoal.settings import ServiceSettings, doc
+from shoal.settings import GpuSharingServiceSettings, doc
 
 
-class PlannerSettings(ServiceSettings, frozen=True, kw_only=True):
+class PlannerSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     shards: Annotated[tuple[str, ...], doc("shards planned here (empty: every shard of the partitions given)")] = ()
     inflight_ttl_s: Annotated[float, doc("how long a planned bind holds its resources for the binder")] = 60.0
     fairshare_stale_revisions: Annotated[int, doc("warn when fair-share figures lag more revisions than this")] = 5

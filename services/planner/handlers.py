@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import yaml
@@ -24,6 +25,7 @@ from shoal.adapters.usage_history import UsageSource
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest.shard_model import assemble
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
+from shoal.core.sharing_mode import DEFAULT_MODE, with_sharing_mode
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
@@ -47,6 +49,7 @@ class Planner:
     inflight_ttl_s: float = 60.0
     fairshare_stale_revisions: int = 5
     config_doc: dict | None = None
+    sharing_mode_of: Callable[[str], str] = lambda shard: DEFAULT_MODE  # SHOAL_[POOL_]GPU_SHARING_MODE(S)
     history: UsageSource | None = None  # the allocation history: time-based fair share (SPEC §2.7)
     progress: Progress = field(default_factory=Progress)  # the revision planned last, per shard
 
@@ -73,7 +76,7 @@ class Planner:
         usage = await self.history.usage(shard, now_s=epoch_seconds(latest.taken_at)) if self.history else {}
         now_s = time.time()
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
-                          config_doc=with_usage(self.config_doc, usage), inflight=inflight_binds(inflight, now_s),
+                          config_doc=with_sharing_mode(with_usage(self.config_doc, usage), self.sharing_mode_of(shard)), inflight=inflight_binds(inflight, now_s),
                           evicting=inflight_evictions(inflight, now_s), require_podgroup=latest.require_podgroup)
         for problem in result.problems:
             self._problems.labels(shard).inc()

@@ -46,6 +46,8 @@ def _services(stack: Any) -> Iterator[Services]:
            "SHOAL_KAFKA_SESSION_TIMEOUT_MS": "6000", "SHOAL_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
            "SHOAL_RESERVATION_TIMEOUT_S": "20", "SHOAL_SHARD_PREFIX": "pool-",
            "SHOAL_RESERVATION_SYNC_S": "1", "SHOAL_RESERVATION_GRACE_S": "2",
+           # GPU sharing modes per node pool (KAI v0.18, test_kai18_sharing_modes); other pools: NonMemoryEnforced
+           "SHOAL_POOL_GPU_SHARING_MODES": "pool-k18b-nvf=NvFractions,pool-k18b-hami=HamiCore,pool-k18b-off=Disabled",
            # nodes labelled shoal.io/isolated belong to a test that runs its own services (test_faults)
            "SHOAL_FAKE_NODE_SELECTOR": "shoal.io/fake-node=true,!shoal.io/isolated"}
     try:

@@ -31,6 +31,7 @@ from typing import Annotated, Any, ClassVar, Literal, NoReturn, TypeVar
 import msgspec
 from msgspec import Meta
 
+from shoal.core.sharing_mode import parse_pool_modes
 from shoal.errors import ConfigError
 
 PREFIX = "SHOAL_"
@@ -151,6 +152,26 @@ class ServiceSettings(Section, frozen=True, kw_only=True):
     redis: RedisSettings = RedisSettings()
     kube: KubeSettings = KubeSettings()
     http: HttpSettings = HttpSettings()
+
+
+GPU_SHARING_MODES = ("NonMemoryEnforced", "HamiCore", "NvFractions", "Disabled")  # = shoal.core.sharing_mode.MODES
+
+
+class GpuSharingServiceSettings(ServiceSettings, frozen=True, kw_only=True):
+    """A service that honours KAI's gpuSharingMode (admission, planner, binder, node agent): one name for all."""
+
+    gpu_sharing_mode: Annotated[Literal["NonMemoryEnforced", "HamiCore", "NvFractions", "Disabled"],
+                                doc("KAI's gpuSharingMode for pools not listed below")] = "NonMemoryEnforced"
+    pool_gpu_sharing_modes: Annotated[tuple[str, ...], doc("per node pool: pool-a=NvFractions,pool-b=Disabled")] = ()
+
+    def pool_modes(self) -> dict[str, str]:
+        return parse_pool_modes(self.pool_gpu_sharing_modes)[0]
+
+    def mode_for(self, pool: str | None) -> str:
+        return self.pool_modes().get(pool or "", self.gpu_sharing_mode)
+
+    def problems(self) -> list[str]:
+        return [*super().problems(), *parse_pool_modes(self.pool_gpu_sharing_modes)[1]]
 
 
 S = TypeVar("S", bound=Section)

@@ -216,7 +216,7 @@ async def test_a_fraction_whose_lease_ran_out_while_waiting_for_its_gpu_is_not_b
     bus.gate.set()
     b = binder(kube, inflight, bus)
 
-    async def slow_reservation(bind_op):  # the node agent took longer than the lease: a newer plan may reuse the GPU
+    async def slow_reservation(bind_op, mode="NonMemoryEnforced"):  # the node agent took longer than the lease: a newer plan may reuse the GPU
         inflight.entries.clear()
 
     b.prepare_fraction = slow_reservation

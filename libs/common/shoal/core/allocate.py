@@ -30,6 +30,7 @@ from shoal.core.ordering import (
 from shoal.core.placement import find_node, fit_error, request_signature
 from shoal.core.resources import Resources
 from shoal.core.session import ACTIVE, GATED, PENDING, PIPELINED, Job, SubGroupNode, Task
+from shoal.core.sharing_mode import request_error
 
 NAME = "allocate"
 
@@ -126,10 +127,11 @@ def _admit(ctx: Context, job: Job) -> bool:
         gated = sum(1 for t in job.tasks if t.status == GATED)
         ctx.outcome(job).not_ready = reasons.not_ready(min_pods(job.root), len(job.tasks), gated)
         return False
-    bad = [t for t in pending if t.pod.fraction_error]
+    mode = ctx.session.config.gpu_sharing_mode
+    bad = [t for t in pending if request_error(t.pod, mode)]
     if bad:
         t = min(bad, key=lambda t: t.key)
-        msg = reasons.invalid_gpu_request(t.key, t.pod.fraction_error or "")
+        msg = reasons.invalid_gpu_request(t.key, request_error(t.pod, mode) or "")
         ctx.outcome(job).reasons.append((reasons.POD_SCHEDULING_ERRORS, msg, None))
         return False
     return True

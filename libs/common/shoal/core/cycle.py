@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from shoal.core import allocate, consolidation, preempt, reasons, reclaim, stalegang
 from shoal.core.context import Context
-from shoal.core.gpusharing import portion_text
+from shoal.core.gpusharing import portion_text, received_memory_mib
 from shoal.core.model import ANNOTATION_LAST_START, Snapshot
 from shoal.core.plan import (
     Annotate,
@@ -94,7 +94,7 @@ def build_plan(ctx: Context) -> Plan:
         pg = task.job.key if task.job is not None else ""
         if op.kind == "allocate":
             for gid, index in op.new_groups:
-                ops.append(Reserve(node=op.node.name, gpu_group=gid, gpu_index=index))
+                ops.append(Reserve(node=op.node.name, gpu_group=gid, gpu_index=index, compute_mode=pod.compute_mode))
             frac = task.is_fraction
             ops.append(
                 Bind(
@@ -106,6 +106,9 @@ def build_plan(ctx: Context) -> Plan:
                     gpus=task.devices if frac else task.gpus,
                     received_resource_type="Fraction" if frac else "Regular",
                     pod_group=pg,
+                    compute_mode=pod.compute_mode if frac else None,
+                    gpu_memory_mib=received_memory_mib(task) if frac else None,
+                    gpu_memory_limit_mib=pod.fraction.gpu_memory_limit_mib if frac else None,
                 )
             )
         elif op.kind == "pipeline":

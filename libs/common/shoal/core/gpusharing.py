@@ -11,6 +11,11 @@ gpuspread prefers the least used, a new whole GPU scores 1. Candidates that fit 
 those that need releasing resources; ties go by group id. A multi-device fraction takes the first
 `num_devices` candidates.
 
+Compute modes (KAI v0.18): a group holds pods of one compute mode (`time-slicing`, the default, or
+`sm-sharing`); a fraction only joins groups of its own mode, and a new group takes the mode of its first pod.
+A group whose mode nothing states (no member, a reservation pod without the annotation) reads as
+time-slicing, as KAI reads it.
+
 New group ids are deterministic: derived from the node name, the pod uid and the device ordinal of
 the request (unique because pod uids are unique, stable for the same snapshot).
 """
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 
-from shoal.core.session import DEVICE_MILLI, NodeState, Task
+from shoal.core.session import DEVICE_MILLI, TIME_SLICING, GpuGroup, NodeState, Task
 from shoal.core.statement import GroupPick
 
 
@@ -28,16 +33,22 @@ def new_group_id(node_name: str, pod_uid: str, ordinal: int) -> str:
     return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def has_fitting_group(node: NodeState, share: int) -> bool:
+def same_mode(group: GpuGroup, mode: str) -> bool:
+    """A fraction of compute `mode` may join `group` (pods of two compute modes never share a GPU)."""
+    return (group.mode or TIME_SLICING) == mode
+
+
+def has_fitting_group(node: NodeState, share: int, mode: str = TIME_SLICING) -> bool:
     """gpusharingorder: the node already has a shared group this fraction fits in."""
     for g in node.groups.values():
-        if (g.active_members > 0 or g.members == 0) and DEVICE_MILLI - g.used + g.releasing >= share:
+        if (g.active_members > 0 or g.members == 0) and DEVICE_MILLI - g.used + g.releasing >= share \
+                and same_mode(g, mode):
             return True
     return False
 
 
 def fraction_fit(
-    node: NodeState, share: int, devices: int, spread: bool
+    node: NodeState, share: int, devices: int, spread: bool, mode: str = TIME_SLICING
 ) -> tuple[int, bool, bool, int] | None:
     """Cheap twin of `pick_groups` for the node search, without building ids.
 
@@ -51,7 +62,7 @@ def fraction_fit(
     for g in node.groups.values():
         free = DEVICE_MILLI - g.used
         free_milli += free
-        if g.members > 0 and g.active_members <= 0:
+        if (g.members > 0 and g.active_members <= 0) or not same_mode(g, mode):
             continue
         if share <= free:
             if g.pipelined:
@@ -91,6 +102,8 @@ def pick_groups(node: NodeState, task: Task, strategy: str) -> tuple[list[GroupP
     for g in node.groups.values():
         if g.members > 0 and g.active_members <= 0:
             continue  # entirely releasing (a group kept only by its reservation pod is joinable)
+        if not same_mode(g, task.compute_mode):
+            continue
         free = DEVICE_MILLI - g.used
         if share <= free:
             rel = 1 if g.pipelined else 0
@@ -136,3 +149,14 @@ def portion_text(task: Task) -> str | None:
         milli = -(-task.frac_mem * DEVICE_MILLI // mem)
     hundredths = (milli + 5) // 10
     return f"{hundredths // 100}.{hundredths % 100:02d}"
+
+
+def received_memory_mib(task: Task) -> int | None:
+    """The GPU memory (MiB per device) a placed fraction receives: its memory request, or its portion of the
+    node's GPU memory rounded down (KAI's HamiCore/NvFractions arithmetic); None when the node has no label."""
+    if task.frac_mem is not None:
+        return task.frac_mem
+    node = task.node
+    if task.frac_milli is None or node is None or not node.gpu_mem:
+        return None
+    return node.gpu_mem * task.frac_milli // DEVICE_MILLI

@@ -83,8 +83,9 @@ class FractionRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     """A shared-GPU request: exactly one of portion_milli / gpu_memory_mib is set."""
 
     portion_milli: int | None = None  # gpu-fraction "0.5" -> 500 (0 < p < 1000)
-    gpu_memory_mib: int | None = None  # gpu-memory
+    gpu_memory_mib: int | None = None  # gpu-memory, or nvidia.com/container.<c>.gpu-memory.request
     num_devices: int = 1
+    gpu_memory_limit_mib: int | None = None  # nvidia.com/container.<c>.gpu-memory.limit (dynamic fraction)
 
 
 class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -114,6 +115,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     owner_kind: str | None = None
     owner_name: str | None = None
     eviction_blocked: bool = False  # a PodDisruptionBudget allows no disruption now (SPEC §2.2)
+    compute_mode: str | None = None  # nvidia.com/container.<c>.gpu-compute.mode; None = time-slicing
 
     @property
     def key(self) -> str:
@@ -226,6 +228,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     queue_depth_per_action: dict[str, int] = {}
     stuck_in_releasing_s: int = 120
     reclaimer_saturation_multiplier: float = 1.0  # KAI relcaimerSaturationMultiplier; < 1 reads as 1
+    gpu_sharing_mode: str = "NonMemoryEnforced"  # KAI gpuSharingMode (shoal.core.sharing_mode.MODES)
 
 
 class Topology(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

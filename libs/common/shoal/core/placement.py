@@ -19,6 +19,7 @@ from shoal.core import reasons
 from shoal.core.gpusharing import fraction_fit, pick_groups
 from shoal.core.model import Node, NodeSelectorRequirement, Pod
 from shoal.core.session import DEVICE_MILLI, NodeState, Session, Task
+from shoal.core.sharing_mode import SM_SHARING, TIME_SLICING
 from shoal.core.statement import GroupPick
 
 SCORE_NOMINATED = 10_000_000
@@ -129,6 +130,7 @@ def request_signature(task: Task) -> tuple:
         task.frac_milli,
         task.frac_mem,
         task.devices,
+        task.compute_mode,
     )
 
 
@@ -168,6 +170,10 @@ def dynamic_reason(task: Task, ns: NodeState) -> str:
     if ns.idle_pods + ns.rel_pods < 1:
         return reasons.NODE_PODS
     if task.is_fraction:
+        share = task.device_milli(ns)
+        other = SM_SHARING if task.compute_mode == TIME_SLICING else TIME_SLICING
+        if share is not None and fraction_fit(ns, share, task.devices, False, other) is not None:
+            return reasons.node_compute_mode(task.compute_mode)
         if task.frac_mem is not None:
             return reasons.NODE_GPU_MEMORY
         return reasons.NODE_GPUS
@@ -192,7 +198,7 @@ def _node_key(task: Task, ns: NodeState, spread: bool) -> tuple[int, float, bool
         share = task.device_milli(ns)
         if share is None:
             return None
-        fit = fraction_fit(ns, share, task.devices, spread)
+        fit = fraction_fit(ns, share, task.devices, spread, task.compute_mode)
         if fit is None:
             return None
         new, frac_pipe, has_existing, free = fit

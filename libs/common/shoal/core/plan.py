@@ -23,6 +23,7 @@ class Reserve(Op, tag="Reserve"):
     node: str
     gpu_group: str
     gpu_index: int  # ordinal of the group among the node's shared GPUs when opened (informative)
+    compute_mode: str | None = None  # the gpu-compute.mode of the pod that opens it (on the reservation pod)
 
 
 class Bind(Op, tag="Bind"):
@@ -34,6 +35,9 @@ class Bind(Op, tag="Bind"):
     gpus: int = 0  # receivedGPU.count (whole GPUs, or devices for a fraction)
     received_resource_type: str = "Regular"  # Regular | Fraction
     pod_group: str = ""
+    compute_mode: str | None = None  # a fraction's stated gpu-compute.mode (the reservation pod records it)
+    gpu_memory_mib: int | None = None  # a fraction's GPU memory per device (HamiCore/NvFractions limits)
+    gpu_memory_limit_mib: int | None = None  # its per-container limit, a dynamic fraction's
 
 
 class Pipeline(Op, tag="Pipeline"):

@@ -28,6 +28,11 @@ NODE_MIG = "have MIG enabled and cannot host fractional GPUs"
 NO_NODES = "no nodes with enough resources were found"
 
 
+def node_compute_mode(mode: str) -> str:
+    """A fraction that would fit on the node's shared GPUs, were they not of the other compute mode (KAI v0.18)."""
+    return f"didn't have enough resources: GPUs (shared GPUs with room hold pods of another compute mode than {mode})"
+
+
 def node_taint(key: str, value: str) -> str:
     return f"had untolerated taint {{{key}: {value}}}"
 

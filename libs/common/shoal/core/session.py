@@ -16,6 +16,7 @@ from operator import attrgetter, is_
 
 from shoal.core import model
 from shoal.core.model import Node, Pod, PodGroup, Queue, Snapshot
+from shoal.core.sharing_mode import TIME_SLICING
 
 # task states
 PENDING = 0
@@ -52,7 +53,7 @@ def _epoch_of_text(value: str) -> float:  # creation times repeat across cycles:
 class GpuGroup:
     """A shared GPU on a node: `used` milli-device (releasing pods included), `releasing` of it."""
 
-    __slots__ = ("id", "used", "releasing", "members", "active_members", "new", "index", "pipelined")
+    __slots__ = ("id", "used", "releasing", "members", "active_members", "new", "index", "pipelined", "mode")
 
     def __init__(self, gid: str, index: int, new: bool = False) -> None:
         self.id = gid
@@ -63,6 +64,7 @@ class GpuGroup:
         self.new = new
         self.index = index
         self.pipelined = False  # opened by a pipelined placement: whoever joins it is pipelined too
+        self.mode: str | None = None  # compute mode of its pods (KAI v0.18); None reads as time-slicing
 
 
 class NodeState:
@@ -117,6 +119,7 @@ class Task:
         "subgroup",
         "order",
         "leaf",
+        "compute_mode",
     )
 
     def __init__(self, pod: Pod, job: Job | None) -> None:
@@ -141,6 +144,7 @@ class Task:
         self.subgroup = pod.subgroup
         self.order: tuple = ()
         self.leaf: SubGroupNode | None = None  # the leaf (sub)group holding this task
+        self.compute_mode = pod.compute_mode or TIME_SLICING  # a shared GPU holds pods of one mode only
 
     @property
     def is_fraction(self) -> bool:
@@ -587,7 +591,11 @@ class Session:
                     node.groups[gid] = g
                     node.idle_gpus -= 1
                 if is_reservation:
+                    if pod.compute_mode:  # the reservation pod's mode is the group's (binder writes it)
+                        g.mode = pod.compute_mode
                     continue
+                if g.mode is None:
+                    g.mode = pod.compute_mode or TIME_SLICING
                 g.used += share
                 g.members += 1
                 if releasing:

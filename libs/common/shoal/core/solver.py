@@ -39,6 +39,7 @@ from shoal.core.placement import request_signature, static_signature
 from shoal.core.plan import Annotate
 from shoal.core.scenario import Accept, MessageOf, Search, minimal, movable, needed, victim_nodes
 from shoal.core.session import GATED, PENDING, Job, SubGroupNode, Task
+from shoal.core.sharing_mode import request_error
 from shoal.core.statement import Op
 from shoal.core.victim_gate import Feasible, helps, hosts, shapes
 from shoal.core.victims import Chunk
@@ -154,7 +155,8 @@ def preemptor_candidates(ctx: Context) -> list[Job]:
         if share is None or not share.is_leaf:
             continue
         pending = [t for t in job.tasks if t.status == PENDING]
-        if not pending or any(t.pod.fraction_error for t in pending):
+        mode = ctx.session.config.gpu_sharing_mode
+        if not pending or any(request_error(t.pod, mode) for t in pending):
             continue
         if _ready(job.root):
             out.append(job)

@@ -148,6 +148,7 @@ class Statement:
                         node.idle_gpus -= 1
                     g = GpuGroup(p.group_id, len(node.groups), new=True)
                     g.pipelined = pipelined
+                    g.mode = task.compute_mode
                     node.groups[p.group_id] = g
                     g.used = share
                     g.members = 1

@@ -54,7 +54,7 @@ def shapes(tasks: list[Task], feasible: Feasible) -> list[Shape]:
 
 def _fraction_fits(ns: NodeState, task: Task) -> bool:
     share = task.device_milli(ns)
-    return share is not None and fraction_fit(ns, share, task.devices, False) is not None
+    return share is not None and fraction_fit(ns, share, task.devices, False, task.compute_mode) is not None
 
 
 def short_of(ns: NodeState, task: Task, count: int = 1) -> tuple[bool, bool, bool, bool] | None:

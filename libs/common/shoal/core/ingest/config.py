@@ -23,6 +23,7 @@ Schema (every field optional):
       partitionLabelValue: ""          # only nodes/pod groups/queues of this node pool ("" = all)
       schedulePeriod: 1s               # simulate: the clock advance per cycle
       reclaimerSaturationMultiplier: 1.0   # KAI's relcaimerSaturationMultiplier; values < 1 read as 1
+      gpuSharingMode: NonMemoryEnforced    # KAI's gpuSharingMode: NonMemoryEnforced|HamiCore|NvFractions|Disabled
 
 Following SchedulingShard, `consolidation` is dropped from the enabled actions when either
 placement strategy is `spread`.
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from shoal.core.ingest.common import IngestError, as_list, as_map, parse_duration
 from shoal.core.ingest.quantity import QuantityError, parse_number
 from shoal.core.model import ALL_ACTIONS, DEFAULT_RESERVATION_NAMESPACE, QueueUsage, ShardConfig
+from shoal.core.sharing_mode import DEFAULT_MODE, mode_problem
 
 API_VERSION = "shoal.io/v1alpha1"
 KIND = "SchedulerConfig"
@@ -45,7 +47,7 @@ KNOWN_FIELDS = {
     "placementStrategy", "actions", "minRuntime", "reclaimResolveMethod", "kValue", "usage",
     "reservationNamespace", "defaultStalenessGracePeriod", "maxConsolidationPreemptees", "victimBudget",
     "queueDepthPerAction", "stuckInReleasingThreshold", "schedulerNames", "partitionLabelValue",
-    "schedulePeriod", "reclaimerSaturationMultiplier",
+    "schedulePeriod", "reclaimerSaturationMultiplier", "gpuSharingMode",
 }
 
 
@@ -129,6 +131,10 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
     k_value = max(_number(spec["kValue"], "spec.kValue"), 0.0) if spec.get("kValue") is not None else 1.0
     depth = {str(k): _positive_int(v, f"spec.queueDepthPerAction.{k}")
              for k, v in as_map(spec.get("queueDepthPerAction"), "spec.queueDepthPerAction").items()}
+    sharing_mode = str(spec.get("gpuSharingMode") or DEFAULT_MODE)
+    problem = mode_problem(sharing_mode, "gpuSharingMode")
+    if problem:
+        raise IngestError("spec.gpuSharingMode", problem.partition(": ")[2])
     meta = as_map(doc.get("metadata"), "metadata")
     shard = ShardConfig(
         name=str(meta.get("name") or "default"),
@@ -151,6 +157,7 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
         stuck_in_releasing_s=parse_duration(spec.get("stuckInReleasingThreshold", "2m"), "spec.stuckInReleasingThreshold"),
         reclaimer_saturation_multiplier=max(_number(spec.get("reclaimerSaturationMultiplier", 1),
                                                     "spec.reclaimerSaturationMultiplier"), 1.0),
+        gpu_sharing_mode=sharing_mode,
     )
     names = spec.get("schedulerNames")
     scheduler_names = tuple(str(n) for n in as_list(names, "spec.schedulerNames")) if names else DEFAULT_SCHEDULER_NAMES

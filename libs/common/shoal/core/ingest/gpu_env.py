@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from shoal.core.ingest.container_gpu import annotated_container
+
 SHARED_CONFIGMAP_ANNOTATION = "runai/shared-gpu-configmap"
 CONTAINER_NAME_ANNOTATION = "gpu-fraction-container-name"
 CAPABILITY_KEYS = ("NVIDIA_VISIBLE_DEVICES", "RUNAI_NUM_OF_GPUS", "GPU_PORTION")
@@ -26,10 +28,12 @@ def _names(items: object) -> list[str]:
 
 
 def gpu_container(pod: Mapping) -> tuple[str, int]:
-    """The GPU container's (section, index): `gpu-fraction-container-name` when it names one, else the first
-    container. Section is "containers" or "initContainers"."""
+    """The GPU container's (section, index): `gpu-fraction-container-name` when it names one, else the one
+    the per-container annotations (`nvidia.com/container.<name>.…`) name, else the first container. Section is
+    "containers" or "initContainers"."""
     spec = _map(pod.get("spec"))
-    wanted = _map(_map(pod.get("metadata")).get("annotations")).get(CONTAINER_NAME_ANNOTATION)
+    annotations = _map(_map(pod.get("metadata")).get("annotations"))
+    wanted = annotations.get(CONTAINER_NAME_ANNOTATION) or annotated_container(annotations)
     if wanted:
         for section in ("containers", "initContainers"):
             names = _names(spec.get(section))

@@ -15,6 +15,12 @@ from shoal.core.ingest.common import (
     str_map,
     uid_of,
 )
+from shoal.core.ingest.container_gpu import (
+    CONTAINER_NAME,
+    compute_mode_of,
+    container_gpu_of,
+    has_container_annotations,
+)
 from shoal.core.ingest.quantity import QuantityError, milli_units, parse_quantity
 from shoal.core.model import (
     LABEL_GPU_GROUP,
@@ -41,6 +47,7 @@ MSG_DEVICES_WITHOUT_FRACTION = (
     "cannot request multiple fractional devices without specifying fraction portion or gpu-memory"
 )
 MSG_DEVICES_POSITIVE = "gpu-fraction-num-devices annotation value must be a positive integer greater than 0"
+MSG_LIMIT_WITH_LEGACY = "cannot combine nvidia.com/container. limit annotation with gpu-fraction or gpu-memory annotation"
 
 
 def _container_requests(container: Mapping, field: str) -> dict[str, int]:
@@ -78,23 +85,36 @@ def pod_requests(spec: Mapping) -> dict[str, int]:
     return total
 
 
-def fraction_of(annotations: Mapping[str, str], whole_gpus: int) -> tuple[FractionRequest | None, str | None]:
-    """(request, None) for a valid fraction, (None, message) for an invalid one, (None, None) for none."""
+def fraction_of(annotations: Mapping[str, str], whole_gpus: int,
+                containers: tuple[str, ...] = ()) -> tuple[FractionRequest | None, str | None]:
+    """(request, None) for a valid fraction, (None, message) for an invalid one, (None, None) for none.
+
+    `containers`: the pod's container names, for the per-container annotations (container_gpu)."""
+    per_container, error = container_gpu_of(annotations, containers)
+    if error:
+        return None, error
     has_fraction, has_memory = FRACTION in annotations, GPU_MEMORY in annotations
-    if NUM_DEVICES in annotations and not (has_fraction or has_memory):
+    has_request = per_container is not None and per_container.request_mib is not None
+    if NUM_DEVICES in annotations and not (has_fraction or has_memory or has_request):
         return None, MSG_DEVICES_WITHOUT_FRACTION
-    if not (has_fraction or has_memory):
+    if not (has_fraction or has_memory or has_request):
         return None, None
+    if has_request and per_container.limit_mib is not None and (has_fraction or has_memory):
+        return None, MSG_LIMIT_WITH_LEGACY
     if has_fraction and has_memory:
         return None, MSG_FRACTION_AND_MEMORY
     if whole_gpus > 0:
         return None, MSG_FRACTION_AND_WHOLE
+    if has_request and annotations.get(CONTAINER_NAME, per_container.container) != per_container.container:
+        return None, (f"gpu-fraction-container-name annotation value {annotations[CONTAINER_NAME]} does not match "
+                      f"container name {per_container.container}")
     devices = 1
     if NUM_DEVICES in annotations:
         text = annotations[NUM_DEVICES].strip()
         if not text.isdigit() or int(text) <= 0:
             return None, MSG_DEVICES_POSITIVE
         devices = int(text)
+    portion = memory = None
     if has_fraction:
         try:
             value = parse_quantity(annotations[FRACTION])
@@ -103,11 +123,21 @@ def fraction_of(annotations: Mapping[str, str], whole_gpus: int) -> tuple[Fracti
         if not 0 < value < 1:
             return None, MSG_FRACTION_RANGE
         portion = min(max(int(-(-value * 1000 // 1)), 1), 999)
+    if has_memory:
+        text = annotations[GPU_MEMORY].strip()
+        if not text.isdigit() or int(text) <= 0:
+            return None, MSG_MEMORY_POSITIVE
+        memory = int(text)
+    if has_request:  # the per-container request wins over gpu-fraction; gpu-memory must agree with it
+        request = per_container.request_mib
+        if memory is not None and memory != request:
+            return None, (f"NvFractions memory request ({request}Mi) does not match gpu-memory annotation value "
+                          f"({memory} MiB)")
+        limit = per_container.limit_mib if per_container.limit_mib != request else None
+        return FractionRequest(gpu_memory_mib=request, num_devices=devices, gpu_memory_limit_mib=limit), None
+    if portion is not None:
         return FractionRequest(portion_milli=portion, num_devices=devices), None
-    text = annotations[GPU_MEMORY].strip()
-    if not text.isdigit() or int(text) <= 0:
-        return None, MSG_MEMORY_POSITIVE
-    return FractionRequest(gpu_memory_mib=int(text), num_devices=devices), None
+    return FractionRequest(gpu_memory_mib=memory, num_devices=devices), None
 
 
 def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:
@@ -172,8 +202,13 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         raise IngestError(f"spec.containers.resources.{GPU_RESOURCE}", "must be a whole number of GPUs")
     whole_gpus = gpu_milli // 1000
     fraction, fraction_error = (None, None)
-    if annotations and (FRACTION in annotations or GPU_MEMORY in annotations or NUM_DEVICES in annotations):
-        fraction, fraction_error = fraction_of(annotations, whole_gpus)
+    compute_mode = None
+    if annotations and (FRACTION in annotations or GPU_MEMORY in annotations or NUM_DEVICES in annotations
+                        or has_container_annotations(annotations)):
+        containers = tuple(str(c.get("name") or "") for c in as_list(spec.get("containers"), "spec.containers")
+                           if isinstance(c, Mapping))
+        fraction, fraction_error = fraction_of(annotations, whole_gpus, containers)
+        compute_mode = compute_mode_of(annotations)
     node_name = spec.get("nodeName") or None
     groups = gpu_groups_of(labels)
     if node_name is None and binding is not None:
@@ -218,4 +253,5 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         managed=managed,
         owner_kind=owner_kind,
         owner_name=owner_name,
+        compute_mode=compute_mode,
     )
