@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar
@@ -37,6 +38,7 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.conn import create_conn
 from aiokafka.errors import (
     InvalidProducerEpoch,
     InvalidProducerIdMapping,
@@ -45,6 +47,7 @@ from aiokafka.errors import (
     KafkaTimeoutError,
     OutOfOrderSequenceNumber,
     ProducerClosed,
+    SaslAuthenticationFailed,
     UnknownProducerId,
 )
 from aiokafka.helpers import create_ssl_context
@@ -129,9 +132,43 @@ async def _admin(settings: KafkaSettings) -> AsyncIterator[AIOKafkaAdminClient]:
 
 
 async def kafka_reachable(settings: KafkaSettings) -> None:
-    """Return once a broker answers (bootstrap and metadata); raise the mapped error if none does."""
-    async with _admin(settings):
-        pass
+    """Return once a broker answers (bootstrap and metadata); raise the mapped error if none does.
+
+    aiokafka reports a broker that refuses the SASL credentials or presents an untrusted certificate as
+    "unable to bootstrap", which reads as not there yet: a direct connection then tells those apart, and they
+    are permanent (waiting would never help)."""
+    try:
+        async with _admin(settings):
+            pass
+    except TransientError:
+        refusal = await _refusal(settings)
+        if refusal is not None:
+            raise PermanentError(refusal) from None
+        raise
+
+
+async def _refusal(settings: KafkaSettings) -> str | None:
+    """Why the first bootstrap broker that answers refuses this client (credentials, TLS), or None."""
+    opts = client_options(settings)
+    for server in settings.bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            conn = await asyncio.wait_for(create_conn(
+                host or "127.0.0.1", int(port), security_protocol=settings.security_protocol,
+                ssl_context=opts.get("ssl_context"), sasl_mechanism=settings.sasl_mechanism or "PLAIN",
+                sasl_plain_username=settings.sasl_username, sasl_plain_password=settings.sasl_password,
+                request_timeout_ms=settings.request_timeout_ms), timeout=10)
+        except SaslAuthenticationFailed as exc:
+            return (f"kafka: {server.strip()} rejected the SASL credentials of user {settings.sasl_username!r} "
+                    f"({settings.sasl_mechanism}): {exc.description or exc}; check SHOAL_KAFKA_SASL_USERNAME, "
+                    "SHOAL_KAFKA_SASL_PASSWORD and SHOAL_KAFKA_SASL_MECHANISM")
+        except ssl.SSLCertVerificationError as exc:
+            return (f"kafka: the certificate of {server.strip()} is not trusted ({exc.verify_message}); set "
+                    "SHOAL_KAFKA_SSL_CAFILE to the CA that signed it")
+        except (KafkaError, OSError, ValueError, TimeoutError):
+            continue
+        conn.close()
+    return None
 
 
 async def ensure_topics(settings: KafkaSettings, topics: Iterable[str], *, partitions: int = 1,

@@ -12,12 +12,18 @@ Usage::
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    RedisError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shoal.errors import PermanentError, ShoalError, TransientError
@@ -50,7 +56,15 @@ def connect_redis(settings: RedisSettings) -> Redis:
 
 
 def redis_error(exc: BaseException) -> ShoalError:
-    """Connection problems, timeouts and TRYAGAIN are transient; other Redis errors are permanent."""
+    """Connection problems, timeouts and TRYAGAIN are transient; other Redis errors are permanent, and so are
+    rejected credentials and an untrusted certificate (redis-py raises those as connection errors)."""
+    if isinstance(exc, AuthenticationError | AuthenticationWrongNumberOfArgsError):
+        return PermanentError(f"redis: the server rejected the credentials ({exc}); check SHOAL_REDIS_USERNAME and "
+                              "SHOAL_REDIS_PASSWORD")
+    if isinstance(exc.__cause__ or exc.__context__, ssl.SSLCertVerificationError) or \
+            "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return PermanentError(f"redis: the server's certificate is not trusted ({exc}); set SHOAL_REDIS_SSL_CAFILE "
+                              "to the CA that signed it")
     if isinstance(exc, RedisConnectionError | RedisTimeoutError | TryAgainError | ConnectionError | TimeoutError):
         return TransientError(f"redis: {exc}")
     if isinstance(exc, RedisError):
