@@ -16,7 +16,7 @@ invalid GPU-sharing annotation are reported and skipped; jobs in a non-leaf queu
 
 from __future__ import annotations
 
-from shoal.core import capacity, reasons, topology
+from shoal.core import capacity, reasons, subgroup_topology, topology
 from shoal.core.context import Context
 from shoal.core.ordering import (
     DEFAULT_POLICY,
@@ -207,6 +207,10 @@ def allocate_job(ctx: Context, job: Job, tasks: list[Task]) -> bool:
     return True
 
 
+def _allocate_in_subgroups(ctx: Context, job: Job, tasks: list[Task]) -> bool:
+    return subgroup_topology.allocate_within(ctx, job, tasks, allocate_job)
+
+
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     session = ctx.session
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(tasks_to_allocate(j.root, policy)), policy)
@@ -225,9 +229,9 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
             ctx.outcome(job).reasons.append((verdict.reason, verdict.message, verdict.details))
             continue
         if topology.constraint_of(job):  # core II: topology-aware placement tries one domain at a time
-            placed = topology.allocate_in_domains(ctx, job, tasks, allocate_job)
+            placed = topology.allocate_in_domains(ctx, job, tasks, _allocate_in_subgroups)
         else:
-            placed = allocate_job(ctx, job, tasks)
+            placed = _allocate_in_subgroups(ctx, job, tasks)
         if placed and any(t.status == PENDING for t in job.tasks):
             jq.shares = ctx.shares
             jq.push(job)
