@@ -120,11 +120,14 @@ def _admit(ctx: Context, job: Job) -> bool:
     if not share.is_leaf:
         return False
     pending = [t for t in job.tasks if t.status == PENDING]
-    if not pending:
+    gated = [t for t in job.tasks if t.status == GATED]
+    if not pending and not gated:
         return False
-    if not _ready(job.root):
-        gated = sum(1 for t in job.tasks if t.status == GATED)
-        ctx.outcome(job).not_ready = reasons.not_ready(min_pods(job.root), len(job.tasks), gated)
+    if not _ready(job.root):  # waiting for pods or for their scheduling gates: an event, no condition
+        gates = tuple(sorted({g for t in gated for g in t.pod.gates}))
+        ctx.outcome(job).not_ready = reasons.not_ready(min_pods(job.root), len(job.tasks), len(gated), gates)
+        return False
+    if not pending:
         return False
     bad = [t for t in pending if t.pod.fraction_error]
     if bad:

@@ -109,6 +109,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     labels: dict[str, str] = {}
     deleting: bool = False  # deletionTimestamp set: its resources are releasing
     gated: bool = False  # has scheduling gates
+    gates: tuple[str, ...] = ()  # their names (e.g. grove.io/podgang-pending-creation)
     managed: bool = True  # scheduled by Shoal (pods of other schedulers only count as used)
     owner_kind: str | None = None
     owner_name: str | None = None

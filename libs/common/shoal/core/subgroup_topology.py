@@ -101,7 +101,7 @@ class SubGroupDomains(NodeFilter):
         if not domains:
             requirement = sub.required_level or sub.preferred_level or ""
             self.failure = self.failure or tas.unsatisfied(topo.name, requirement, f"{job.key}, subgroup {sub.name}",
-                                                           tas.lowest_common(ctx, topo))
+                                                           tas.lowest_common(ctx, topo, within.candidates(mine[0])[0]))
             return None
         _, members, _ = domains[0]
         return tas.DomainFilter(within, {ns.index for ns in members}, topo, preferred)

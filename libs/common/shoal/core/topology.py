@@ -162,8 +162,10 @@ def domains_for(ctx: Context, tasks: list[Task], others: list[Task], topology: T
     return out
 
 
-def lowest_common(ctx: Context, topology: Topology) -> str:
-    nodes = [ns for ns in ctx.session.nodes if node_domain(ns, topology, len(topology.levels) - 1) is not None]
+def lowest_common(ctx: Context, topology: Topology, among: list[NodeState] | None = None) -> str:
+    """The lowest domain holding every node of the topology (of `among`, when given)."""
+    nodes = [ns for ns in (ctx.session.nodes if among is None else among)
+             if node_domain(ns, topology, len(topology.levels) - 1) is not None]
     common = ""
     for depth, label in enumerate(topology.levels):
         values = {node_domain(ns, topology, depth) for ns in nodes}

@@ -35,7 +35,13 @@ from shoal.core.model import (
     Topology,
     make_snapshot,
 )
-from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL, OwnerIndex, group_pod, skips_podgrouper
+from shoal.core.podgrouper import (
+    POD_GROUP_ANNOTATION,
+    SUBGROUP_LABEL,
+    OwnerIndex,
+    group_pod,
+    skips_podgrouper,
+)
 
 DEFAULT_SCHEDULER = "default-scheduler"
 _NO_OWNERS = OwnerIndex(())
