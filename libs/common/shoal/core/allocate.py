@@ -10,13 +10,13 @@ For each job popped in queue/job order:
    this cycle become pipelined;
 5. commit.
 
-Jobs that are not ready (fewer than minMember non-gated pods), in a missing queue, or carrying an
-invalid GPU-sharing annotation are reported and skipped; jobs in a non-leaf queue are skipped silently.
+Jobs that are not ready (fewer than minMember non-gated pods), in a missing queue, backing off after a
+failed bind (bindbackoff.py), or carrying an invalid GPU-sharing annotation are reported and skipped; jobs in a non-leaf queue are skipped silently.
 """
 
 from __future__ import annotations
 
-from shoal.core import capacity, reasons, subgroup_topology, topology
+from shoal.core import bindbackoff, capacity, reasons, subgroup_topology, topology
 from shoal.core.context import Context
 from shoal.core.ordering import (
     DEFAULT_POLICY,
@@ -128,6 +128,8 @@ def _admit(ctx: Context, job: Job) -> bool:
         ctx.outcome(job).not_ready = reasons.not_ready(min_pods(job.root), len(job.tasks), len(gated), gates)
         return False
     if not pending:
+        return False
+    if bindbackoff.hold(ctx, job):
         return False
     bad = [t for t in pending if t.pod.fraction_error]
     if bad:

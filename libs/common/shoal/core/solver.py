@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from itertools import chain
 
+from shoal.core import bindbackoff
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
 from shoal.core.limits import Excess
@@ -156,7 +157,7 @@ def preemptor_candidates(ctx: Context) -> list[Job]:
         pending = [t for t in job.tasks if t.status == PENDING]
         if not pending or any(t.pod.fraction_error for t in pending):
             continue
-        if _ready(job.root):
+        if _ready(job.root) and not bindbackoff.backing_off(job, ctx):
             out.append(job)
     return out
 

@@ -23,6 +23,7 @@ Schema (every field optional):
       partitionLabelValue: ""          # only nodes/pod groups/queues of this node pool ("" = all)
       schedulePeriod: 1s               # simulate: the clock advance per cycle
       reclaimerSaturationMultiplier: 1.0   # KAI's relcaimerSaturationMultiplier; values < 1 read as 1
+      bindBackoff: {initial: 5s, max: 5m}  # a job whose bind failed waits initial·2^(failures-1), capped
 
 Following SchedulingShard, `consolidation` is dropped from the enabled actions when either
 placement strategy is `spread`.
@@ -45,7 +46,7 @@ KNOWN_FIELDS = {
     "placementStrategy", "actions", "minRuntime", "reclaimResolveMethod", "kValue", "usage",
     "reservationNamespace", "defaultStalenessGracePeriod", "maxConsolidationPreemptees", "victimBudget",
     "queueDepthPerAction", "stuckInReleasingThreshold", "schedulerNames", "partitionLabelValue",
-    "schedulePeriod", "reclaimerSaturationMultiplier",
+    "schedulePeriod", "reclaimerSaturationMultiplier", "bindBackoff",
 }
 
 
@@ -130,6 +131,11 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
     depth = {str(k): _positive_int(v, f"spec.queueDepthPerAction.{k}")
              for k, v in as_map(spec.get("queueDepthPerAction"), "spec.queueDepthPerAction").items()}
     meta = as_map(doc.get("metadata"), "metadata")
+    backoff = as_map(spec.get("bindBackoff"), "spec.bindBackoff")
+    backoff_initial = parse_duration(backoff.get("initial", "5s"), "spec.bindBackoff.initial")
+    backoff_max = parse_duration(backoff.get("max", "5m"), "spec.bindBackoff.max")
+    if backoff_initial < 0 or backoff_max < backoff_initial:
+        raise IngestError("spec.bindBackoff", "initial must be >= 0s and max >= initial")
     shard = ShardConfig(
         name=str(meta.get("name") or "default"),
         gpu_placement=strategies["gpu"],
@@ -151,6 +157,8 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
         stuck_in_releasing_s=parse_duration(spec.get("stuckInReleasingThreshold", "2m"), "spec.stuckInReleasingThreshold"),
         reclaimer_saturation_multiplier=max(_number(spec.get("reclaimerSaturationMultiplier", 1),
                                                     "spec.reclaimerSaturationMultiplier"), 1.0),
+        bind_backoff_initial_s=backoff_initial,
+        bind_backoff_max_s=backoff_max,
     )
     names = spec.get("schedulerNames")
     scheduler_names = tuple(str(n) for n in as_list(names, "spec.schedulerNames")) if names else DEFAULT_SCHEDULER_NAMES
