@@ -7,7 +7,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shoal.core.ingest import gpu_env
-from shoal.core.model import ANNOTATION_BIND_FAILURES, ANNOTATION_LAST_BIND_ERROR, ANNOTATION_LAST_BIND_FAILURE
+from shoal.core.model import (
+    ANNOTATION_BIND_FAILURES,
+    ANNOTATION_LAST_BIND_ERROR,
+    ANNOTATION_LAST_BIND_FAILURE,
+)
 from shoal.core.plan import SetCondition
 
 GPU_GROUP_LABEL = "runai-gpu-group"
