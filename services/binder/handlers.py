@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from services.binder import kubeobjects as ko
+from services.binder.bind_failures import BindFailures
 from services.binder.reservation_watch import ReservationWatch
 from services.binder.reservations import stale_reservations
 from shoal.adapters import kube as k
@@ -31,7 +32,7 @@ from shoal.core.plan import (
     Reserve,
     SetCondition,
 )
-from shoal.errors import ConflictError, NotFoundError, PermanentError, ShoalError, TransientError
+from shoal.errors import ConflictError, NotFoundError, PermanentError, TransientError
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
@@ -77,9 +78,9 @@ class Binder:
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
     _applying: dict[str, asyncio.Future] = field(default_factory=dict)  # shard → its latest plan under way
     _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
-    _bind_failures: dict[str, set[str]] = field(default_factory=dict)  # plan id → groups whose failure is counted
 
     def __post_init__(self) -> None:
+        self.bind_failures = BindFailures(self.kube)  # the bind back-off's count on the PodGroup
         m = self.metrics
         self._binds = m.counter("binder_binds_total", "Bind attempts by outcome.", ["outcome"])
         self._evictions = m.counter("binder_evictions_total", "Evictions by outcome.", ["action", "outcome"])
@@ -146,7 +147,7 @@ class Binder:
             phases.append(round(time.perf_counter() - started, 3))
         finally:
             self._notices.pop(plan.plan_id, None)
-            self._bind_failures.pop(plan.plan_id, None)
+            self.bind_failures.forget(plan.plan_id)
             for task in self._publishing.pop(plan.plan_id, []):
                 task.cancel()  # a phase failed: the plan is redelivered, and consumers tolerate duplicates
         await self.seen.mark(plan.plan_id)
@@ -267,32 +268,13 @@ class Binder:
     async def _bind_failed(self, plan: PlanIssued, op: Bind, error: str) -> None:
         self._binds.labels("failed").inc()
         log.warning("bind_failed", pod=op.pod, node=op.node, error=error)
-        failures = await self._count_bind_failure(plan, op, error)  # before the lease goes: no replan without it
+        failures = await self.bind_failures.count(plan.plan_id, op.pod_group, error)  # before the lease goes
         await self.inflight.remove(plan.shard, [op.pod_uid])
         self._result(plan, op, ok=False, error=error)
         self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error, "podGroup": op.pod_group,
                                                      "bindFailures": failures})
         self._notice(plan, BindNotice(op.pod, op.pod_uid, "BindingError",
                                       f"Failed to bind pod {op.pod} to node {op.node}: {error}", "Warning"))
-
-    async def _count_bind_failure(self, plan: PlanIssued, op: Bind, error: str) -> int | None:
-        """One more failed bind round on the PodGroup (once per plan and group), which the planner backs off
-        from (shoal.core.bindbackoff); the new count, or None when not counted."""
-        counted = self._bind_failures.setdefault(plan.plan_id, set())
-        if not op.pod_group or op.pod_group in counted:
-            return None
-        counted.add(op.pod_group)
-        try:
-            current = await self._get(k.PODGROUPS, op.pod_group)
-        except ShoalError as exc:
-            log.warning("bind_failure_not_counted", pod_group=op.pod_group, error=str(exc))
-            return None
-        if current is None:
-            return None
-        failures, patch = ko.bind_failure_patch(current, error, ko.utc_now())
-        await self.patch_podgroup(op.pod_group, patch)
-        log.info("bind_backoff_counted", pod_group=op.pod_group, failures=failures)
-        return failures
 
     def _notice(self, plan: PlanIssued, notice: BindNotice) -> None:
         self._notices.setdefault(plan.plan_id, []).append(notice)
