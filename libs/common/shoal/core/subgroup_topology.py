@@ -86,6 +86,8 @@ class SubGroupDomains(NodeFilter):
                 self.failure = self.failure or tas.missing_level(given, topo.name)
                 return None
         mine = [t for t in self.tasks if _under(job, t, sub.name)]
+        if not mine:  # nothing of this subgroup is placed in this attempt
+            return within
         running = [t for t in job.tasks if t not in self.tasks and _under(job, t, sub.name)]
         low = preferred if preferred is not None else required if required is not None else len(topo.levels) - 1
         high = required if required is not None else 0
