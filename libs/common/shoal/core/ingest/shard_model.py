@@ -115,12 +115,14 @@ def pod_entry(obj: Mapping, *, now: str, class_names: Iterable[str]) -> PodEntry
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     named = str(annotations.get(POD_GROUP_ANNOTATION) or "")
     label_subgroup = str(labels[SUBGROUP_LABEL]) if labels.get(SUBGROUP_LABEL) else None
-    grouping = group_pod(obj, _NO_OWNERS, list(class_names))
-    name = named or str(grouping.podgroup["metadata"]["name"])
-    missing_subgroup = label_subgroup if label_subgroup is not None else grouping.subgroup
-    grouping.podgroup["metadata"]["name"] = name
     generated: PodGroup | None = None
-    if not skips_podgrouper(obj):  # else its PodGroup is made elsewhere
+    if skips_podgrouper(obj):  # its PodGroup is made elsewhere: only the one it names, if any
+        name, missing_subgroup = named, label_subgroup
+    else:
+        grouping = group_pod(obj, _NO_OWNERS, list(class_names))
+        name = named or str(grouping.podgroup["metadata"]["name"])
+        missing_subgroup = label_subgroup if label_subgroup is not None else grouping.subgroup
+        grouping.podgroup["metadata"]["name"] = name
         try:
             generated = podgroup_from(grouping.podgroup, now)
         except IngestError:
