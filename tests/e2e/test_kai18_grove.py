@@ -26,6 +26,7 @@ from scenario_helpers import (
     wait_events,
     wait_running,
 )
+from test_explain_e2e import cli_env, shoal_cli  # noqa: F401  (cli_env is a fixture)
 from test_podgrouper import podgrouper  # noqa: F401  (a fixture: the podgrouper service, test CRDs installed)
 
 from shoal.adapters.kube import PODGROUPS, PODS, TOPOLOGIES, Resource
@@ -106,7 +107,7 @@ async def podgang(kube, namespace: str, gang: str, names: list[str]) -> dict:
 
 
 async def test_a_grove_disaggregated_system_waits_for_its_gates_and_runs_as_a_multi_level_gang(
-        podgrouper, shoal, stack, kube, namespace, node_pool, gpu_nodes, queue):  # noqa: F811
+        podgrouper, shoal, stack, kube, namespace, node_pool, gpu_nodes, queue, cli_env):  # noqa: F811
     # zone A: racks A1 and A2 of 3 GPUs each; zone B: rack B1 of 2 GPUs
     for name, zone, rack, gpus in (("a1", "A", "A1", 3), ("a2", "A", "A2", 3), ("b1", "B", "B1", 2)):
         node = f"{node_pool}-{name}"
@@ -150,6 +151,9 @@ async def _run(kube, namespace: str, pool: str, queue: str, topology: str) -> No
         return not any(node_of(p) for p in now.values()) and await conditions_now(kube, namespace, "dis-0") == []
 
     await stays(waiting, seconds=3, what="no bind and no Unschedulable condition while the pods are gated")
+    code, out, err = await shoal_cli("explain", f"{namespace}/dis-0-frontend-0")
+    assert code == 0, err
+    assert f"waiting until its scheduling gates are removed: {GATE}" in out, out
 
     # Grove lifts the gates once the PodGang exists
     for name in names:
