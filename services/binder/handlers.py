@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from services.binder import fractions
 from services.binder import kubeobjects as ko
 from services.binder.fractions import FractionRefused
+from services.binder.bind_failures import BindFailures
 from services.binder.reservation_watch import ReservationWatch
 from services.binder.reservations import stale_reservations
 from shoal.adapters import kube as k
@@ -84,6 +85,7 @@ class Binder:
     _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
 
     def __post_init__(self) -> None:
+        self.bind_failures = BindFailures(self.kube)  # the bind back-off's count on the PodGroup
         m = self.metrics
         self._binds = m.counter("binder_binds_total", "Bind attempts by outcome.", ["outcome"])
         self._evictions = m.counter("binder_evictions_total", "Evictions by outcome.", ["action", "outcome"])
@@ -150,6 +152,7 @@ class Binder:
             phases.append(round(time.perf_counter() - started, 3))
         finally:
             self._notices.pop(plan.plan_id, None)
+            self.bind_failures.forget(plan.plan_id)
             for task in self._publishing.pop(plan.plan_id, []):
                 task.cancel()  # a phase failed: the plan is redelivered, and consumers tolerate duplicates
         await self.seen.mark(plan.plan_id)
@@ -271,9 +274,11 @@ class Binder:
     async def _bind_failed(self, plan: PlanIssued, op: Bind, error: str) -> None:
         self._binds.labels("failed").inc()
         log.warning("bind_failed", pod=op.pod, node=op.node, error=error)
+        failures = await self.bind_failures.count(plan.plan_id, op.pod_group, error)  # before the lease goes
         await self.inflight.remove(plan.shard, [op.pod_uid])
         self._result(plan, op, ok=False, error=error)
-        self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error})
+        self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error, "podGroup": op.pod_group,
+                                                     "bindFailures": failures})
         self._notice(plan, BindNotice(op.pod, op.pod_uid, "BindingError",
                                       f"Failed to bind pod {op.pod} to node {op.node}: {error}", "Warning"))
 

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shoal.core.ingest import gpu_env
+from shoal.core.model import (
+    ANNOTATION_BIND_FAILURES,
+    ANNOTATION_LAST_BIND_ERROR,
+    ANNOTATION_LAST_BIND_FAILURE,
+)
 from shoal.core.plan import SetCondition
 
 GPU_GROUP_LABEL = "runai-gpu-group"
@@ -164,3 +170,17 @@ def queue_status(figures) -> dict:  # figures: shoal.core.plan.QueueFigures
             "effectiveLimit": {"gpu": _spec_units(figures.gpu.limit, 1000),
                                "cpu": _spec_units(figures.cpu.limit, 1),
                                "memory": _spec_units(figures.memory.limit, 1_000_000)}}
+
+
+MAX_BIND_ERROR = 512
+
+
+def bind_failure_patch(current: Mapping | None, error: str, now: str) -> tuple[int, dict]:
+    """The PodGroup merge patch after a failed bind round (shoal.core.bindbackoff): the count one higher, the
+    time and the error (cut to MAX_BIND_ERROR characters); with the new count."""
+    annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+    raw = str(annotations.get(ANNOTATION_BIND_FAILURES) or "").strip()
+    failures = (int(raw) if raw.isdigit() else 0) + 1
+    return failures, {"metadata": {"annotations": {ANNOTATION_BIND_FAILURES: str(failures),
+                                                   ANNOTATION_LAST_BIND_FAILURE: now,
+                                                   ANNOTATION_LAST_BIND_ERROR: error[:MAX_BIND_ERROR]}}}

@@ -169,11 +169,12 @@ class PodGrouper:
     # ---- one pod -----------------------------------------------------------------------------------
     async def reconcile(self, pod: dict) -> str:
         """Group one pod; returns the outcome ("grouped", "unchanged", "skipped:<why>")."""
-        pre = t.skip_reason(pod)
-        if pre in ("deleting", "finished", "bare pod with pod-group-name"):
-            return f"skipped:{pre}"
-        owners = await self.owner_chain(pod)
-        reason = t.skip_reason(pod, owners)
+        reason = t.skip_reason(pod)
+        if reason is None:
+            owners = await self.owner_chain(pod)
+            reason = t.skip_reason(pod, owners)
+        if reason == t.SKIPPED_UNNAMED:
+            await self.warn(pod, t.skipped_unnamed_message(pod))
         if reason is not None:
             return f"skipped:{reason}"
         for problem in t.input_warnings(owners):

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from shoal.adapters.kube import Resource
 from shoal.core import podgrouper as rules
 
-SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
+SKIP_PODGROUPER = rules.SKIP_PODGROUPER
+SKIPPED_UNNAMED = "skip-podgrouper without pod-group-name"
 MANAGED_SPEC = ("minMember", "minSubGroup", "subGroups", "queue", "priorityClassName", "preemptibility",
                 "topologyConstraint")
 COMPONENT = "shoal-podgrouper"
@@ -45,18 +46,14 @@ def owner_resource(ref: Mapping) -> Resource | None:
     return Resource(group, version, plural, kind)
 
 
-def _flag(obj: Mapping, key: str) -> bool:
-    m = meta(obj)
-    return any(str(_map(m.get(where)).get(key, "")).lower() == "true" for where in ("labels", "annotations"))
-
-
 def skip_reason(pod: Mapping, owners: Iterable[Mapping] = ()) -> str | None:
     """Why the podgrouper leaves this pod alone, or None.
 
-    - `kai.scheduler/skip-podgrouper: "true"` on the pod or an owner, with `pod-group-name` set (an external
-      PodGroup, reference §1.3);
-    - a bare pod that already names its PodGroup (as KAI: an orphan pod with a PodGroup is left alone);
-    - a pod that is being deleted or has finished.
+    - a pod that is being deleted or has finished;
+    - `kai.scheduler/skip-podgrouper: "true"` on the pod or an owner (KAI: the pod or any owner's annotation):
+      an external PodGroup, made by Grove's KAI backend or a user; without `pod-group-name` the pod can never
+      be scheduled, which the caller reports (`SKIPPED_UNNAMED`);
+    - a bare pod that already names its PodGroup (as KAI: an orphan pod with a PodGroup is left alone).
     """
     m = meta(pod)
     if m.get("deletionTimestamp"):
@@ -64,13 +61,17 @@ def skip_reason(pod: Mapping, owners: Iterable[Mapping] = ()) -> str | None:
     if str(_map(pod.get("status")).get("phase") or "") in ("Succeeded", "Failed"):
         return "finished"
     named = _map(m.get("annotations")).get(rules.POD_GROUP_ANNOTATION)
-    if not named:
-        return None
-    if _flag(pod, SKIP_PODGROUPER) or any(_flag(o, SKIP_PODGROUPER) for o in owners):
-        return "skip-podgrouper"
-    if rules.controller_ref(pod) is None:
+    if rules.skips_podgrouper(pod, owners):
+        return "skip-podgrouper" if named else SKIPPED_UNNAMED
+    if named and rules.controller_ref(pod) is None:
         return "bare pod with pod-group-name"
     return None
+
+
+def skipped_unnamed_message(pod: Mapping) -> str:
+    return (f"pod {pod_key(pod)} has {SKIP_PODGROUPER}: \"true\" (on the pod or an owner) but no "
+            f"{rules.POD_GROUP_ANNOTATION} annotation: no PodGroup is made for it, so it is not scheduled until "
+            f"it names the PodGroup made for it")
 
 
 def top_owner_ref(grouping: rules.Grouping, pod: Mapping) -> dict:

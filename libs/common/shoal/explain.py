@@ -118,6 +118,9 @@ def _verdict(pod: Mapping | None, pod_group: Mapping | None, decisions: Sequence
             return ("running" if phase == "Running" else phase.lower()), f"{phase.lower()} on {spec['nodeName']}"
         if status.get("nominatedNodeName"):
             return "pipelined", f"pipelined onto {status['nominatedNodeName']} (waiting for resources being freed)"
+        gates = sorted(str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping))
+        if gates:  # e.g. Grove's grove.io/podgang-pending-creation: waiting, not failing
+            return "gated", f"waiting until its scheduling gates are removed: {', '.join(gates)}"
     cond = _scheduling_condition(pod_group)
     if cond is not None:
         return "pending", f"pending: {_with_reason(cond)}"

@@ -124,3 +124,10 @@ def test_queue_line_and_table():
     table = render_queues({"pool-a": {"queues": {"q": figs}}}).splitlines()
     assert table[1].split() == ["pool-a", "q", "4", "2.5", "1", "unlimited", "5", "0", "0"]
     assert render_queues({}) == "no fair-share figures published yet"
+
+
+async def test_a_gated_pod_is_waiting_for_its_gates():
+    gated = cluster({"spec": {"schedulingGates": [{"name": "grove.io/podgang-pending-creation"}]}})
+    answer = await explain(FakeKube(gated), None, "ns", "pg-0")
+    assert (answer["status"], answer["verdict"]) == (
+        "gated", "waiting until its scheduling gates are removed: grove.io/podgang-pending-creation")

@@ -102,4 +102,5 @@ def test_gated_pods_make_a_gang_not_ready():
     r = schedule(cluster(nodes=[node("n1")], queues=[queue("q")], jobs=[job("j", pods=pods, min_member=2)]))
     assert r.bound() == {}
     (ev,) = r.pg_events("j")
-    assert ev.message == "Job is not ready for scheduling. Waiting for 2 pods, currently 2 exist, 1 are gated"
+    assert ev.message == ("Job is not ready for scheduling. Waiting for 2 pods, currently 2 exist, 1 are gated. "
+                          "Gated pods wait until their scheduling gates are removed")

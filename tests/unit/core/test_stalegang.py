@@ -95,3 +95,17 @@ def test_pending_gang_with_nothing_active_is_not_stale():
     spec = job("g", queue="q", pods=3, gpus=2, min_member=3)  # cannot fit on 4 GPUs
     r = schedule(snap(spec))
     assert stale_annotations(r) == [] and r.plan.of(Evict) == []
+
+
+def test_a_gang_whose_missing_pod_waits_on_its_scheduling_gate_is_waiting_not_stale():
+    # Grove recreates a lost pod gated (grove.io/podgang-pending-creation) until its PodGang is updated
+    gated = pod("g-1", gpus=1, gated=True, gates=("grove.io/podgang-pending-creation",))
+    spec = job("g", queue="q", pods=[pod("g-0", gpus=1, node_name="n1"), gated], min_member=2,
+               stale_timestamp="1970-01-12T13:40:00Z")
+    r = schedule(snap(spec))
+    assert r.plan.of(Evict) == []
+    assert [(a.pod_group, a.value) for a in stale_annotations(r)] == [(f"{NS}/g", "")], "the stale stamp is cleared"
+    (event,) = [e for e in r.pg_events("g") if e.reason == "NotReady"]
+    assert event.message == ("Job is not ready for scheduling. Waiting for 2 pods, currently 2 exist, 1 are gated. "
+                             "Gated pods wait until their scheduling gates are removed: "
+                             "grove.io/podgang-pending-creation")

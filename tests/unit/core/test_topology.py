@@ -107,3 +107,34 @@ def test_preemptor_with_a_required_rack_is_placed_inside_one_rack():
     from shoal.core.plan import Evict
 
     assert len(r.plan.of(Evict)) == 2
+
+
+def _pods(subgroup: str, n: int) -> list[dict]:
+    return [{"name": f"{subgroup}-{i}", "gpus": 1, "cpu": 0, "memory": 0, "node_name": None, "fraction": None,
+             "gpu_memory": None, "devices": 1, "subgroup": subgroup} for i in range(n)]
+
+
+def _disaggregated(nodes, **job_constraint):
+    """Grove's layout: prefill and decode leaves, each requiring a rack, inside a job that requires a zone."""
+    subs = (SubGroup(name="decode", min_member=2, topology="t", required_level=RACK),
+            SubGroup(name="prefill", min_member=2, topology="t", required_level=RACK))
+    return with_topologies(cluster(nodes=nodes, queues=[queue("q")],
+                                   jobs=[job("g", queue="q", pods=_pods("prefill", 2) + _pods("decode", 2),
+                                             min_member=4, subgroups=subs, topology="t", **job_constraint)]))
+
+
+def test_each_subgroup_gets_its_own_rack_inside_the_jobs_zone():
+    # bin-packing alone would put prefill + one decode pod on a1 and split decode across racks
+    nodes = [rack_node("a1", "A", "A1", 3), rack_node("a2", "A", "A2", 3), rack_node("b1", "B", "B1", 8)]
+    bound = schedule(_disaggregated(nodes, required_level=ZONE)).bound()
+    # subgroups are placed in name order: decode takes the first rack (ties by name), prefill the other
+    assert bound == {"decode-0": "a1", "decode-1": "a1", "prefill-0": "a2", "prefill-1": "a2"}, bound
+
+
+def test_a_subgroup_without_a_domain_inside_the_jobs_names_the_subgroup():
+    # decode (placed first) takes rack A1; no rack is left that holds both prefill pods
+    nodes = [rack_node("a1", "A", "A1", 3), rack_node("a2", "A", "A2", 1), rack_node("a3", "A", "A3", 1)]
+    r = schedule(_disaggregated(nodes, required_level=ZONE))
+    assert r.bound() == {}
+    message = r.condition("g").message
+    assert f"topology t, requirement {RACK} couldn't be satisfied for job {NS}/g, subgroup prefill" in message, message

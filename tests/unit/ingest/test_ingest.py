@@ -140,3 +140,38 @@ def test_partition_keeps_one_node_pool():
     assert [n.name for n in snap.nodes] == ["na"]
     assert [p.name for p in snap.pods] == ["pa"]
     assert [g.node_pool for g in snap.pod_groups] == ["a"]
+
+
+def test_bind_backoff_settings_and_the_binders_annotations():
+    doc = {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig",
+           "spec": {"bindBackoff": {"initial": "2s", "max": "1m"}}}
+    cfg = snapshot_from_objects([doc], now=NOW).snapshot.config
+    assert (cfg.bind_backoff_initial_s, cfg.bind_backoff_max_s) == (2, 60)
+    bad = snapshot_from_objects([{**doc, "spec": {"bindBackoff": {"initial": "1m", "max": "2s"}}}], now=NOW)
+    assert [(p.field, p.message) for p in bad.problems] == [
+        ("spec.bindBackoff", "initial must be >= 0s and max >= initial")]
+
+    def group(**annotations):
+        return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+                "metadata": {"name": "g", "namespace": "ns", "annotations": annotations}, "spec": {"queue": "q"}}
+
+    (g,) = snapshot_from_objects([group(**{"shoal.io/bind-failures": "3",
+                                           "shoal.io/last-bind-failure": "2026-01-01T00:00:05Z",
+                                           "shoal.io/last-bind-error": "denied"})], now=NOW).snapshot.pod_groups
+    assert (g.bind_failures, g.last_bind_failure, g.last_bind_error) == (3, "2026-01-01T00:00:05Z", "denied")
+    (junk,) = snapshot_from_objects([group(**{"shoal.io/bind-failures": "many"})], now=NOW).snapshot.pod_groups
+    assert (junk.bind_failures, junk.last_bind_failure) == (0, None), "junk in the binder's own count reads as none"
+
+
+def test_a_pod_that_skips_the_podgrouper_gets_no_podgroup_and_waits_for_the_named_one():
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "ext", "namespace": "ns", "uid": "job-uid",
+                        "annotations": {"kai.scheduler/skip-podgrouper": "true"}}}
+    owned = pod("ext-0", annotations={"pod-group-name": "later"})
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "ext",
+                                             "uid": "job-uid", "controller": True}]
+    skipping = pod("grove-0", annotations={"pod-group-name": "gang", "kai.scheduler/skip-podgrouper": "true"})
+    unnamed = pod("lost-0", annotations={"kai.scheduler/skip-podgrouper": "true"})
+    result = snapshot_from_objects([job, owned, skipping, unnamed], now=NOW)
+    assert result.generated_podgroups == {} and result.snapshot.pod_groups == ()
+    assert {p.name: p.pod_group for p in result.snapshot.pods} == {"ext-0": "later", "grove-0": "gang", "lost-0": ""}

@@ -9,7 +9,7 @@ import pytest
 from services.binder.handlers import Binder
 from shoal.adapters.kafka import Delivery
 from shoal.core.plan import Bind, PodEvent
-from shoal.errors import NotFoundError
+from shoal.errors import NotFoundError, PermanentError
 from shoal.messages.base import new_meta
 from shoal.messages.plan import BindResult, PlanIssued
 from shoal.messages.snapshot import InFlightBind
@@ -265,3 +265,40 @@ async def test_pipelined_plans_bind_at_once_but_finish_in_plan_order():
     await asyncio.wait_for(asyncio.gather(work_1, work_2), 5)
     assert seen.marked == ["plan-1", "plan-2"] and kube.events == ["p0", "p1"]
     assert await b.start_plan(plan_of([first], "plan-1"), DELIVERY) is None  # applied: a redelivery is a no-op
+
+
+class RejectingKube(FakeKube):
+    """The apiserver rejects every binding (as an admission policy on pods/binding does)."""
+
+    def __init__(self, objects):
+        super().__init__(objects)
+        self.patches: list[tuple[str, str, dict]] = []
+
+    async def create(self, resource, body, *, namespace=None, name=None, subresource=None, **kwargs):
+        if subresource == "binding":
+            self.calls.append(("create", resource.plural, subresource))
+            raise PermanentError("pods/binding is forbidden: denied by policy", status=403)
+        return await super().create(resource, body, namespace=namespace, name=name, subresource=subresource)
+
+    async def patch(self, resource, name, body, **kwargs):
+        self.patches.append((resource.plural, f"{kwargs.get('namespace')}/{name}", body))
+        return await super().patch(resource, name, body, **kwargs)
+
+
+async def test_a_failed_bind_round_is_counted_once_per_plan_on_the_podgroup_before_the_lease_goes():
+    group = {"metadata": {"name": "g", "namespace": "ns", "annotations": {"shoal.io/bind-failures": "2"}}}
+    binds = [Bind(pod=f"ns/p{i}", pod_uid=f"uid-{i}", node="n1", pod_group="ns/g") for i in range(2)]
+    inflight = FakeInFlight({b.pod_uid: InFlightBind(pod=b.pod, pod_uid=b.pod_uid, node="n1", plan_id="plan-1",
+                                                     expires_at=1e12) for b in binds})
+    kube, bus = RejectingKube({**pods(2), "ns/g": group}), GatedBus()
+    bus.gate.set()
+    await binder(kube, inflight, bus).on_plan(plan_of(binds), DELIVERY)
+    counted = [body for plural, key, body in kube.patches if plural == "podgroups" and key == "ns/g"]
+    assert len(counted) == 1, kube.patches
+    annotations = counted[0]["metadata"]["annotations"]
+    assert annotations["shoal.io/bind-failures"] == "3"
+    assert annotations["shoal.io/last-bind-error"] == "pods/binding is forbidden: denied by policy"
+    assert annotations["shoal.io/last-bind-failure"].endswith("Z")
+    assert inflight.entries == {}, "the leases are removed: the pods are planned again once the back-off ends"
+    decisions = [m for _, m in bus.done if getattr(m, "type", "").endswith("bind-failed")]
+    assert sorted(d.data["bindFailures"] or 0 for d in decisions) == [0, 3]

@@ -182,6 +182,20 @@ async def test_skipped_and_bare_pods():
     assert ("podgroups", "ns", "pg-solo-u1") in kube.store
 
 
+async def test_skip_podgrouper_is_honoured_and_a_pod_without_pod_group_name_is_reported():
+    grove = pod("prefill-0")
+    grove["metadata"]["annotations"] = {"pod-group-name": "gang", "kai.scheduler/skip-podgrouper": "true"}
+    kube = FakeKube([JOB, grove])
+    g = grouper(kube)
+    assert await g.reconcile(grove) == "skipped:skip-podgrouper"
+    assert kube.writes == [] and kube.reads == []  # the pod itself says so: no owner is read
+    del grove["metadata"]["annotations"]["pod-group-name"]
+    assert await g.reconcile(grove) == "skipped:skip-podgrouper without pod-group-name"
+    events = [o for (plural, _, _), o in kube.store.items() if plural == "events"]
+    assert len(events) == 1 and "no pod-group-name annotation" in events[0]["message"], events
+    assert not any(plural == "podgroups" for plural, _, _ in kube.store)
+
+
 
 async def test_a_burst_of_pods_reads_the_owner_once_and_creates_the_new_podgroup_without_reading_it():
     pods = [pod(f"train-{i}") for i in range(3)]

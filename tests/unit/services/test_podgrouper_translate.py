@@ -38,8 +38,10 @@ def test_skip_rules():
         "skip-podgrouper")
     skipping_job = {**JOB, "metadata": {**JOB["metadata"], "annotations": {t.SKIP_PODGROUPER: "true"}}}
     assert t.skip_reason(pod(annotations=named, owner=JOB_REF), [skipping_job]) == "skip-podgrouper"
-    assert t.skip_reason(pod(labels={t.SKIP_PODGROUPER: "true"}, owner=JOB_REF)) is None, (
-        "skip without a pod-group-name would leave the pod without any group")
+    assert t.skip_reason(pod(labels={t.SKIP_PODGROUPER: "true"}, owner=JOB_REF)) == t.SKIPPED_UNNAMED, (
+        "as KAI: skip-podgrouper is honoured without a pod-group-name too (the handler warns)")
+    assert t.skip_reason(pod(annotations={**named, t.SKIP_PODGROUPER: "true"})) == "skip-podgrouper"
+    assert t.skip_reason(pod(annotations={**named, t.SKIP_PODGROUPER: "false"}, owner=JOB_REF)) is None
     assert t.skip_reason(pod(annotations=named, owner=JOB_REF)) is None
     assert t.skip_reason(pod(status={"phase": "Succeeded"})) == "finished"
     gone = pod()

@@ -43,6 +43,8 @@ def pod(i: int, draw_fields: dict) -> dict:
         meta["annotations"]["pod-group-name"] = f"pg{f['group']}"
     if f["subgroup"]:
         meta["labels"]["kai.scheduler/subgroup-name"] = f["subgroup"]
+    if f["skip"]:
+        meta["annotations"]["kai.scheduler/skip-podgrouper"] = "true"
     resources: dict = {"requests": {"cpu": "1", "memory": "1Gi"}}
     if f["gpu"] == "whole":
         resources["limits"] = {"nvidia.com/gpu": "1"}
@@ -89,6 +91,7 @@ pod_fields = st.fixed_dictionaries({
     "node": st.one_of(st.none(), st.none(), st.integers(0, 5)),
     "phase": st.sampled_from(["Pending", "Running", "Succeeded"]),
     "priority": st.sampled_from([None, "urgent", "train"]),
+    "skip": st.sampled_from([False, False, True]),  # kai.scheduler/skip-podgrouper: its PodGroup is made elsewhere
 })
 
 event = st.one_of(

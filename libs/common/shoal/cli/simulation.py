@@ -112,6 +112,8 @@ def _materialize_groups(docs: list[dict], ingest: IngestResult, now: str) -> Non
         if membership is None:
             continue
         name, subgroup = membership
+        if not name:  # skips the podgrouper and names no PodGroup: left as it is
+            continue
         meta = _meta(doc)
         _submap(meta, "annotations")[POD_GROUP_ANNOTATION] = name
         if subgroup is not None:

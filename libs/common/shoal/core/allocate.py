@@ -10,13 +10,13 @@ For each job popped in queue/job order:
    this cycle become pipelined;
 5. commit.
 
-Jobs that are not ready (fewer than minMember non-gated pods), in a missing queue, or carrying an
-invalid GPU-sharing annotation are reported and skipped; jobs in a non-leaf queue are skipped silently.
+Jobs that are not ready (fewer than minMember non-gated pods), in a missing queue, backing off after a
+failed bind (bindbackoff.py), or carrying an invalid GPU-sharing annotation are reported and skipped; jobs in a non-leaf queue are skipped silently.
 """
 
 from __future__ import annotations
 
-from shoal.core import capacity, reasons, topology
+from shoal.core import bindbackoff, capacity, reasons, subgroup_topology, topology
 from shoal.core.context import Context
 from shoal.core.ordering import (
     DEFAULT_POLICY,
@@ -121,11 +121,16 @@ def _admit(ctx: Context, job: Job) -> bool:
     if not share.is_leaf:
         return False
     pending = [t for t in job.tasks if t.status == PENDING]
+    gated = [t for t in job.tasks if t.status == GATED]
+    if not pending and not gated:
+        return False
+    if not _ready(job.root):  # waiting for pods or for their scheduling gates: an event, no condition
+        gates = tuple(sorted({g for t in gated for g in t.pod.gates}))
+        ctx.outcome(job).not_ready = reasons.not_ready(min_pods(job.root), len(job.tasks), len(gated), gates)
+        return False
     if not pending:
         return False
-    if not _ready(job.root):
-        gated = sum(1 for t in job.tasks if t.status == GATED)
-        ctx.outcome(job).not_ready = reasons.not_ready(min_pods(job.root), len(job.tasks), gated)
+    if bindbackoff.hold(ctx, job):
         return False
     mode = ctx.session.config.gpu_sharing_mode
     bad = [t for t in pending if request_error(t.pod, mode)]
@@ -209,6 +214,10 @@ def allocate_job(ctx: Context, job: Job, tasks: list[Task]) -> bool:
     return True
 
 
+def _allocate_in_subgroups(ctx: Context, job: Job, tasks: list[Task]) -> bool:
+    return subgroup_topology.allocate_within(ctx, job, tasks, allocate_job)
+
+
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     session = ctx.session
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(tasks_to_allocate(j.root, policy)), policy)
@@ -227,9 +236,9 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
             ctx.outcome(job).reasons.append((verdict.reason, verdict.message, verdict.details))
             continue
         if topology.constraint_of(job):  # core II: topology-aware placement tries one domain at a time
-            placed = topology.allocate_in_domains(ctx, job, tasks, allocate_job)
+            placed = topology.allocate_in_domains(ctx, job, tasks, _allocate_in_subgroups)
         else:
-            placed = allocate_job(ctx, job, tasks)
+            placed = _allocate_in_subgroups(ctx, job, tasks)
         if placed and any(t.status == PENDING for t in job.tasks):
             jq.shares = ctx.shares
             jq.push(job)

@@ -12,7 +12,7 @@ import gc
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from shoal.core import allocate, consolidation, preempt, reasons, reclaim, stalegang
+from shoal.core import allocate, bindbackoff, consolidation, preempt, reasons, reclaim, stalegang
 from shoal.core.context import Context
 from shoal.core.gpusharing import portion_text, received_memory_mib
 from shoal.core.model import ANNOTATION_LAST_START, Snapshot
@@ -221,6 +221,7 @@ def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool
         if fn is not None:
             fn(ctx)
         durations[name] = round((clock() - a0) * 1000.0, 3)
+    bindbackoff.clear_recovered(ctx)
     plan = build_plan(ctx)
     t2 = clock()
     timings = CycleTimings(

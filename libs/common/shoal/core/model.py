@@ -22,6 +22,9 @@ LABEL_KUBEFLOW_ROLE = "training.kubeflow.org/job-role"
 LABEL_RAY_NODE_TYPE = "ray.io/node-type"
 LABEL_GPU_GROUP = "runai-gpu-group"
 ANNOTATION_LAST_START = "kai.scheduler/last-start-timestamp"
+ANNOTATION_BIND_FAILURES = "shoal.io/bind-failures"
+ANNOTATION_LAST_BIND_FAILURE = "shoal.io/last-bind-failure"
+ANNOTATION_LAST_BIND_ERROR = "shoal.io/last-bind-error"
 ANNOTATION_STALE = "kai.scheduler/stale-podgroup-timestamp"
 ANNOTATION_LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
 DEFAULT_RESERVATION_NAMESPACE = "kai-resource-reservation"
@@ -111,6 +114,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     labels: dict[str, str] = {}
     deleting: bool = False  # deletionTimestamp set: its resources are releasing
     gated: bool = False  # has scheduling gates
+    gates: tuple[str, ...] = ()  # their names (e.g. grove.io/podgang-pending-creation)
     managed: bool = True  # scheduled by Shoal (pods of other schedulers only count as used)
     owner_kind: str | None = None
     owner_name: str | None = None
@@ -157,6 +161,9 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     scheduling_backoff: int = -1
     condition_reason: str | None = None  # current schedulingConditions[0].reasons[0] (for clearing)
     annotations: dict[str, str] = {}
+    bind_failures: int = 0  # shoal.io/bind-failures: failed bind rounds since the job last bound (bindbackoff.py)
+    last_bind_failure: str | None = None  # shoal.io/last-bind-failure (RFC3339)
+    last_bind_error: str = ""  # shoal.io/last-bind-error
 
     @property
     def key(self) -> str:
@@ -229,6 +236,8 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     stuck_in_releasing_s: int = 120
     reclaimer_saturation_multiplier: float = 1.0  # KAI relcaimerSaturationMultiplier; < 1 reads as 1
     gpu_sharing_mode: str = "NonMemoryEnforced"  # KAI gpuSharingMode (shoal.core.sharing_mode.MODES)
+    bind_backoff_initial_s: int = 5  # after a failed bind the job waits this long, doubling per failure
+    bind_backoff_max_s: int = 300  # ... up to this
 
 
 class Topology(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -23,6 +23,10 @@ Queue: owner label `kai.scheduler/queue` (or legacy `runai/queue`), else the pod
 `default-queue`. Priority class: owner label `priorityClassName`, pod label, pod
 `spec.priorityClassName` if that class exists, per-kind default, else `train`.
 Preemptibility: owner or pod label `kai.scheduler/preemptibility`.
+
+Skipped: a pod whose own metadata or any owner's carries `kai.scheduler/skip-podgrouper: "true"`
+(annotation, as KAI reads it; a label is accepted too) is never grouped: its PodGroup is made by someone
+else (Grove's KAI backend, a user) and the pod waits until the PodGroup it names exists.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ BATCH_MIN_MEMBER = "kai.scheduler/batch-min-member"
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 POD_GROUP_ANNOTATION = "pod-group-name"
+SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
 TOPOLOGY_ANNOTATION = "kai.scheduler/topology"
 TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
 TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
@@ -154,6 +159,17 @@ def controller_ref(obj: Mapping) -> Mapping | None:
         if ref.get("controller"):
             return ref
     return refs[0] if refs else None
+
+
+def _flagged(obj: Mapping, key: str) -> bool:
+    meta = _meta(obj)
+    return any(str(mapping_or_empty(meta.get(where)).get(key, "")).strip().lower() == "true"
+               for where in ("annotations", "labels"))
+
+
+def skips_podgrouper(pod: Mapping, owners: Iterable[Mapping] = ()) -> bool:
+    """True when the pod or one of its owners says `kai.scheduler/skip-podgrouper: "true"`."""
+    return _flagged(pod, SKIP_PODGROUPER) or any(_flagged(o, SKIP_PODGROUPER) for o in owners)
 
 
 def owner_chain(pod: Mapping, owners: OwnerIndex) -> list[Mapping]:

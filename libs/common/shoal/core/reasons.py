@@ -66,11 +66,16 @@ def invalid_gpu_request(pod_key: str, error: str) -> str:
     return f"Pod {pod_key} has an invalid GPU sharing request: {error}"
 
 
-def not_ready(min_member: int, existing: int, gated: int) -> str:
-    return (
+def not_ready(min_member: int, existing: int, gated: int, gates: tuple[str, ...] = ()) -> str:
+    """KAI's NotReady text; with gated pods Shoal adds what they wait for (the job is waiting, not broken)."""
+    text = (
         f"Job is not ready for scheduling. Waiting for {min_member} pods, currently {existing} exist, "
         f"{gated} are gated"
     )
+    if gated:
+        names = f": {', '.join(gates)}" if gates else ""
+        text += f". Gated pods wait until their scheduling gates are removed{names}"
+    return text
 
 
 def condition_message(reasons: list[tuple[str, str]]) -> str:

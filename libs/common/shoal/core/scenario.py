@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from shoal.core import topology
+from shoal.core import subgroup_topology, topology
 from shoal.core.context import Context
 from shoal.core.ordering import is_satisfied
 from shoal.core.placement import NodeFilter, find_node, static_signature
@@ -25,13 +25,18 @@ from shoal.core.victims import Chunk
 
 def place_tasks(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
     """Place every task (all or nothing) on the statement; the new ops, or None (rolled back).
-    A topology-constrained job is placed inside one of its domains (topology.py), tried in order."""
-    if topology.constraint_of(job) is None:
-        return _place_on(ctx, job, tasks)
+    A topology-constrained job is placed inside one of its domains (topology.py), tried in order, and each
+    constrained subgroup inside a domain of its own (subgroup_topology.py)."""
     base = ctx.nodes
+    if topology.constraint_of(job) is None:
+        try:
+            ctx.nodes = subgroup_topology.wrap(ctx, job, tasks, base)
+            return _place_on(ctx, job, tasks)
+        finally:
+            ctx.nodes = base
     try:
         for nodes in topology.domain_filters(ctx, job, tasks):
-            ctx.nodes = nodes
+            ctx.nodes = subgroup_topology.wrap(ctx, job, tasks, nodes)
             got = _place_on(ctx, job, tasks)
             if got is not None:
                 return got

@@ -442,7 +442,8 @@ class Session:
             else:
                 more.setdefault(gi, []).append(pod)
             group = groups[gi]
-            if group.subgroups or group.min_member > 1 or group.stale_timestamp or group.condition_reason:
+            if (group.subgroups or group.min_member > 1 or group.stale_timestamp or group.condition_reason
+                    or group.bind_failures):
                 marked.add(gi)
             if node is None:
                 pending.add(gi)
@@ -509,7 +510,7 @@ class Session:
         out = set(pending)
         for gi in marked:
             g = groups[gi]
-            if g.subgroups or g.stale_timestamp or g.condition_reason:
+            if g.subgroups or g.stale_timestamp or g.condition_reason or g.bind_failures:
                 out.add(gi)
                 continue
             on_node = sum(1 for pod in index.pods_of(gi) if pod.node_name)

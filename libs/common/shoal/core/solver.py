@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from itertools import chain
 
+from shoal.core import bindbackoff
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
 from shoal.core.limits import Excess
@@ -158,7 +159,7 @@ def preemptor_candidates(ctx: Context) -> list[Job]:
         mode = ctx.session.config.gpu_sharing_mode
         if not pending or any(request_error(t.pod, mode) for t in pending):
             continue
-        if _ready(job.root):
+        if _ready(job.root) and not bindbackoff.backing_off(job, ctx):
             out.append(job)
     return out
 

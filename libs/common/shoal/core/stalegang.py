@@ -1,7 +1,8 @@
 """The stalegangeviction action (KAI §4.7): evict what is left of a gang that fell below its minimum.
 
 A job is stale when it has at least one active pod (allocated, pipelined, running or releasing), some
-(sub)group has fewer active pods than its minMember, and none of its pods has Succeeded (a gang that is
+(sub)group has fewer active pods than its minMember (pods waiting on scheduling gates, as Grove gates the
+pods it recreates, count toward it: that group is waiting, not broken), and none of its pods has Succeeded (a gang that is
 completing is never evicted). The first time it is seen stale the PodGroup is annotated with
 `kai.scheduler/stale-podgroup-timestamp` (now). Once the grace period has passed since that stamp, every
 running pod is evicted ("Workload doesn't meet the minimum required number of pods (<min>), evicting
@@ -18,7 +19,7 @@ from shoal.core.context import Context
 from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_STALE, PHASE_SUCCEEDED
 from shoal.core.plan import Annotate, PodGroupEvent
-from shoal.core.session import ACTIVE, RELEASING, RUNNING, Job, SubGroupNode, epoch_of
+from shoal.core.session import ACTIVE, GATED, RELEASING, RUNNING, Job, SubGroupNode, epoch_of
 
 NAME = "stalegangeviction"
 STALE_JOB = "StaleJob"
@@ -31,14 +32,16 @@ def _active(node: SubGroupNode) -> int:
 
 
 def short_leaves(job: Job) -> list[tuple[SubGroupNode, int]]:
-    """(leaf, active) for every leaf (sub)group below its minMember; the root when there are no subgroups."""
+    """(leaf, active) for every leaf (sub)group below its minMember; the root when there are no subgroups.
+    A leaf whose missing pods exist but wait on their scheduling gates is waiting, not short."""
     out = []
     stack = [job.root]
     while stack:
         node = stack.pop()
         if node.is_leaf:
             active = _active(node)
-            if active < (node.min_member or 0):
+            gated = sum(1 for t in node.tasks if t.status == GATED)
+            if active < (node.min_member or 0) and active + gated < (node.min_member or 0):
                 out.append((node, active))
         else:
             stack.extend(node.children)

@@ -22,8 +22,7 @@ named by its node label or its alias):
 
 Capacity is counted per node as the number of the job's (first) task that fit in idle + releasing
 resources: whole GPUs, CPU and memory; free capacity of a domain is its idle + releasing GPUs (CPU for
-CPU-only jobs). Subgroup constraints are bounded by the job's: a subgroup's own required level is
-applied when the job has none (its tasks are placed as one unit). The eviction actions (reclaim,
+CPU-only jobs). Subgroup constraints are applied inside the job's domain (subgroup_topology.py). The eviction actions (reclaim,
 preempt, consolidation) place a constrained preemptor through `domain_filters`, in the same order.
 """
 
@@ -60,12 +59,10 @@ def unsatisfied(topology: str, requirement: str, job_key: str, domain: str) -> s
 
 
 def constraint_of(job: Job) -> tuple[str, str | None, str | None] | None:
+    """The job's own constraint (subgroups' constraints: subgroup_topology.py)."""
     g = job.group
     if g.topology:
         return g.topology, g.required_level, g.preferred_level
-    for sub in g.subgroups:
-        if sub.topology and (sub.required_level or sub.preferred_level):
-            return sub.topology, sub.required_level, sub.preferred_level
     return None
 
 
@@ -77,7 +74,7 @@ def level_index(topology: Topology, name: str) -> int | None:
     return None
 
 
-def _domain(ns: NodeState, topology: Topology, depth: int) -> tuple[str, ...] | None:
+def node_domain(ns: NodeState, topology: Topology, depth: int) -> tuple[str, ...] | None:
     values = []
     for label in topology.levels[: depth + 1]:
         value = ns.node.labels.get(label)
@@ -123,7 +120,7 @@ class DomainFilter(NodeFilter):
             return inside, counts
         groups: dict[tuple[str, ...], list[NodeState]] = {}
         for ns in inside:
-            key = _domain(ns, self.topology, self.preferred)
+            key = node_domain(ns, self.topology, self.preferred)
             if key is not None:
                 groups.setdefault(key, []).append(ns)
         ranked = sorted(groups.items(), key=lambda kv: (-_free(kv[1], task), kv[0]))
@@ -135,13 +132,20 @@ class DomainFilter(NodeFilter):
 
 def _domains(ctx: Context, job: Job, tasks: list[Task], topology: Topology, low: int, high: int,
              required: int | None) -> list[tuple[int, list[NodeState], tuple[str, ...]]]:
+    return domains_for(ctx, tasks, [t for t in job.tasks if t not in tasks], topology, low, high, required)
+
+
+def domains_for(ctx: Context, tasks: list[Task], others: list[Task], topology: Topology, low: int, high: int,
+                required: int | None) -> list[tuple[int, list[NodeState], tuple[str, ...]]]:
+    """The domains that can hold `tasks`, in trial order; under a required level only those holding every
+    placed task of `others` (the rest of the job or subgroup)."""
     cands, _ = ctx.nodes.candidates(tasks[0])
-    running = [t.node for t in job.tasks if t.node is not None and t not in tasks]
+    running = [t.node for t in others if t.node is not None]
     out = []
     for depth in range(low, high - 1, -1):
         groups: dict[tuple[str, ...], list[NodeState]] = {}
         for ns in cands:
-            key = _domain(ns, topology, depth)
+            key = node_domain(ns, topology, depth)
             if key is not None:
                 groups.setdefault(key, []).append(ns)
         for key, members in groups.items():
@@ -158,11 +162,13 @@ def _domains(ctx: Context, job: Job, tasks: list[Task], topology: Topology, low:
     return out
 
 
-def _lowest_common(ctx: Context, topology: Topology) -> str:
-    nodes = [ns for ns in ctx.session.nodes if _domain(ns, topology, len(topology.levels) - 1) is not None]
+def lowest_common(ctx: Context, topology: Topology, among: list[NodeState] | None = None) -> str:
+    """The lowest domain holding every node of the topology (of `among`, when given)."""
+    nodes = [ns for ns in (ctx.session.nodes if among is None else among)
+             if node_domain(ns, topology, len(topology.levels) - 1) is not None]
     common = ""
     for depth, label in enumerate(topology.levels):
-        values = {_domain(ns, topology, depth) for ns in nodes}
+        values = {node_domain(ns, topology, depth) for ns in nodes}
         if len(values) != 1 or not nodes:
             break
         common = f"{label}={next(iter(values))[-1]}"
@@ -190,12 +196,12 @@ def allocate_in_domains(ctx: Context, job: Job, tasks: list[Task], allocate_job:
     high = required if required is not None else 0
     domains = _domains(ctx, job, tasks, topology, low, min(high, low), required)
     if required is None:  # no required level: the whole topology is the last resort
-        members = [ns for ns in ctx.nodes.candidates(tasks[0])[0] if _domain(ns, topology, 0) is not None]
+        members = [ns for ns in ctx.nodes.candidates(tasks[0])[0] if node_domain(ns, topology, 0) is not None]
         domains.append((-1, members, ()))
     if not domains:
         requirement = required_name or preferred_name or ""
         out.reasons.append((TOPOLOGY_PLACEMENT, unsatisfied(topology.name, requirement, job.key,
-                                                            _lowest_common(ctx, topology)), None))
+                                                            lowest_common(ctx, topology)), None))
         return False
     base = ctx.nodes
     try:
@@ -225,6 +231,6 @@ def domain_filters(ctx: Context, job: Job, tasks: list[Task]) -> list[NodeFilter
     high = required if required is not None else 0
     domains = _domains(ctx, job, tasks, topology, low, min(high, low), required)
     if required is None:
-        members = [ns for ns in ctx.nodes.candidates(tasks[0])[0] if _domain(ns, topology, 0) is not None]
+        members = [ns for ns in ctx.nodes.candidates(tasks[0])[0] if node_domain(ns, topology, 0) is not None]
         domains.append((-1, members, ()))
     return [DomainFilter(ctx.nodes, {ns.index for ns in m}, topology, preferred) for _, m, _ in domains]

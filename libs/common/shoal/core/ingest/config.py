@@ -24,6 +24,7 @@ Schema (every field optional):
       schedulePeriod: 1s               # simulate: the clock advance per cycle
       reclaimerSaturationMultiplier: 1.0   # KAI's relcaimerSaturationMultiplier; values < 1 read as 1
       gpuSharingMode: NonMemoryEnforced    # KAI's gpuSharingMode: NonMemoryEnforced|HamiCore|NvFractions|Disabled
+      bindBackoff: {initial: 5s, max: 5m}  # a job whose bind failed waits initial·2^(failures-1), capped
 
 Following SchedulingShard, `consolidation` is dropped from the enabled actions when either
 placement strategy is `spread`.
@@ -47,7 +48,7 @@ KNOWN_FIELDS = {
     "placementStrategy", "actions", "minRuntime", "reclaimResolveMethod", "kValue", "usage",
     "reservationNamespace", "defaultStalenessGracePeriod", "maxConsolidationPreemptees", "victimBudget",
     "queueDepthPerAction", "stuckInReleasingThreshold", "schedulerNames", "partitionLabelValue",
-    "schedulePeriod", "reclaimerSaturationMultiplier", "gpuSharingMode",
+    "schedulePeriod", "reclaimerSaturationMultiplier", "gpuSharingMode", "bindBackoff",
 }
 
 
@@ -136,6 +137,11 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
     if problem:
         raise IngestError("spec.gpuSharingMode", problem.partition(": ")[2])
     meta = as_map(doc.get("metadata"), "metadata")
+    backoff = as_map(spec.get("bindBackoff"), "spec.bindBackoff")
+    backoff_initial = parse_duration(backoff.get("initial", "5s"), "spec.bindBackoff.initial")
+    backoff_max = parse_duration(backoff.get("max", "5m"), "spec.bindBackoff.max")
+    if backoff_initial < 0 or backoff_max < backoff_initial:
+        raise IngestError("spec.bindBackoff", "initial must be >= 0s and max >= initial")
     shard = ShardConfig(
         name=str(meta.get("name") or "default"),
         gpu_placement=strategies["gpu"],
@@ -158,6 +164,8 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
         reclaimer_saturation_multiplier=max(_number(spec.get("reclaimerSaturationMultiplier", 1),
                                                     "spec.reclaimerSaturationMultiplier"), 1.0),
         gpu_sharing_mode=sharing_mode,
+        bind_backoff_initial_s=backoff_initial,
+        bind_backoff_max_s=backoff_max,
     )
     names = spec.get("schedulerNames")
     scheduler_names = tuple(str(n) for n in as_list(names, "spec.schedulerNames")) if names else DEFAULT_SCHEDULER_NAMES

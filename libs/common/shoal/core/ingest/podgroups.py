@@ -17,6 +17,9 @@ from shoal.core.ingest.common import (
     uid_of,
 )
 from shoal.core.model import (
+    ANNOTATION_BIND_FAILURES,
+    ANNOTATION_LAST_BIND_ERROR,
+    ANNOTATION_LAST_BIND_FAILURE,
     ANNOTATION_LAST_EVICTION,
     ANNOTATION_LAST_START,
     ANNOTATION_STALE,
@@ -122,6 +125,7 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
     def stamp(key: str) -> str | None:
         return norm_time(annotations[key], f"metadata.annotations.{key}") if annotations.get(key) else None
 
+    failures = annotations.get(ANNOTATION_BIND_FAILURES, "").strip()
     created = meta.get("creationTimestamp")
     if min_member is None:
         min_member = 0 if (subgroups or min_subgroup is not None) else 1
@@ -149,4 +153,7 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
         scheduling_backoff=-1 if backoff is None else backoff,
         condition_reason=condition_reason,
         annotations=annotations,
+        bind_failures=int(failures) if failures.isdigit() else 0,  # the binder's own count: junk reads as none
+        last_bind_failure=stamp(ANNOTATION_LAST_BIND_FAILURE) if failures.isdigit() else None,
+        last_bind_error=annotations.get(ANNOTATION_LAST_BIND_ERROR, ""),
     )

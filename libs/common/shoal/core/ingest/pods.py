@@ -250,8 +250,14 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         labels=labels,
         deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
+        gates=_gate_names(spec.get("schedulingGates")),
         managed=managed,
         owner_kind=owner_kind,
         owner_name=owner_name,
         compute_mode=compute_mode,
     )
+
+
+def _gate_names(value: object) -> tuple[str, ...]:
+    gates = value if isinstance(value, list) else []
+    return tuple(sorted({str(g["name"]) for g in gates if isinstance(g, Mapping) and g.get("name")}))

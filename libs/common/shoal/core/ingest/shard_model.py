@@ -35,7 +35,13 @@ from shoal.core.model import (
     Topology,
     make_snapshot,
 )
-from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL, OwnerIndex, group_pod
+from shoal.core.podgrouper import (
+    POD_GROUP_ANNOTATION,
+    SUBGROUP_LABEL,
+    OwnerIndex,
+    group_pod,
+    skips_podgrouper,
+)
 
 DEFAULT_SCHEDULER = "default-scheduler"
 _NO_OWNERS = OwnerIndex(())
@@ -109,14 +115,18 @@ def pod_entry(obj: Mapping, *, now: str, class_names: Iterable[str]) -> PodEntry
     spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
     named = str(annotations.get(POD_GROUP_ANNOTATION) or "")
     label_subgroup = str(labels[SUBGROUP_LABEL]) if labels.get(SUBGROUP_LABEL) else None
-    grouping = group_pod(obj, _NO_OWNERS, list(class_names))
-    name = named or str(grouping.podgroup["metadata"]["name"])
-    missing_subgroup = label_subgroup if label_subgroup is not None else grouping.subgroup
-    grouping.podgroup["metadata"]["name"] = name
-    try:
-        generated: PodGroup | None = podgroup_from(grouping.podgroup, now)
-    except IngestError:
-        generated = None
+    generated: PodGroup | None = None
+    if skips_podgrouper(obj):  # its PodGroup is made elsewhere: only the one it names, if any
+        name, missing_subgroup = named, label_subgroup
+    else:
+        grouping = group_pod(obj, _NO_OWNERS, list(class_names))
+        name = named or str(grouping.podgroup["metadata"]["name"])
+        missing_subgroup = label_subgroup if label_subgroup is not None else grouping.subgroup
+        grouping.podgroup["metadata"]["name"] = name
+        try:
+            generated = podgroup_from(grouping.podgroup, now)
+        except IngestError:
+            generated = None
     pod = pod_from(obj, pod_group=name, subgroup=label_subgroup if named else missing_subgroup, managed=True,
                    now=now)
     return PodEntry(pod=pod, scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER), named=bool(named),

@@ -31,7 +31,14 @@ from shoal.core.ingest.podgroups import podgroup_from
 from shoal.core.ingest.pods import pod_from
 from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
 from shoal.core.model import Snapshot, Topology, make_snapshot
-from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL, OwnerIndex, group_pod
+from shoal.core.podgrouper import (
+    POD_GROUP_ANNOTATION,
+    SUBGROUP_LABEL,
+    OwnerIndex,
+    group_pod,
+    owner_chain,
+    skips_podgrouper,
+)
 
 TOPOLOGY_KIND = "Topology"
 BIND_REQUEST_KIND = "BindRequest"
@@ -208,7 +215,8 @@ def _safe_key(obj: Mapping) -> str:
 
 def _membership(pod: Mapping, groups: Mapping[str, object], generated: dict[str, dict], owners: OwnerIndex,
                 classes: Mapping[str, object]) -> tuple[str, str | None]:
-    """The pod's PodGroup name and subgroup: its `pod-group-name` if that exists, else the podgrouper's."""
+    """The pod's PodGroup name and subgroup: its `pod-group-name` if that exists, else the podgrouper's;
+    a pod that skips the podgrouper keeps the name it gives (none is made: a pending one waits for it)."""
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
     namespace = namespace_of(pod)
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
@@ -216,6 +224,8 @@ def _membership(pod: Mapping, groups: Mapping[str, object], generated: dict[str,
     named = str(annotations.get(POD_GROUP_ANNOTATION) or "")
     label_subgroup = str(labels[SUBGROUP_LABEL]) if labels.get(SUBGROUP_LABEL) else None
     if named and f"{namespace}/{named}" in groups:
+        return named, label_subgroup
+    if skips_podgrouper(pod, owner_chain(pod, owners)):  # its PodGroup is made elsewhere: wait for it
         return named, label_subgroup
     grouping = group_pod(pod, owners, classes)
     name = named or str(grouping.podgroup["metadata"]["name"])
