@@ -1,5 +1,5 @@
-"""The webhook configurations the service registers itself (local stack, tests): pods (mutate, validate) and
-queues (validate), pointing at `url: https://<host>:<port>/<path>` with the CA as caBundle.
+"""The webhook configurations the service registers itself (local stack, tests): pods (mutate, validate),
+queues and PodGroups (validate), pointing at `url: https://<host>:<port>/<path>` with the CA as caBundle.
 
 Validation fails closed (failurePolicy Fail), mutation fails open (Ignore); pod hooks only see pods with
 Shoal's scheduler names (matchConditions) outside the system namespaces, optionally narrowed by a namespace
@@ -79,10 +79,17 @@ def configurations(name: str, base_url: str, ca_pem: bytes, *, timeout_s: int = 
                    "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["queues"], "scope": "Cluster"}]}
     if queue_selector:
         queue_hook["objectSelector"] = {"matchLabels": match_labels(queue_selector)}
+    podgroup_hook: dict = {
+        "name": "podgroups.validate.shoal.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+        "failurePolicy": "Fail", "timeoutSeconds": timeout_s,
+        "clientConfig": {"url": f"{base_url}/validate-podgroups", "caBundle": ca},
+        "rules": [{"apiGroups": ["scheduling.run.ai"], "apiVersions": ["v2alpha2"], "operations": ["UPDATE"],
+                   "resources": ["podgroups"], "scope": "Namespaced"}]}
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                   "metadata": dict(meta),
                   "webhooks": [_pod_hook("pods.validate.shoal.io", f"{base_url}/validate-pods", ca, "Fail",
-                                         timeout_s, scheduler_names, namespace_selector), queue_hook]}
+                                         timeout_s, scheduler_names, namespace_selector), queue_hook,
+                               podgroup_hook]}
     return mutating, validating
 
 

@@ -16,7 +16,7 @@ invalid GPU-sharing annotation are reported and skipped; jobs in a non-leaf queu
 
 from __future__ import annotations
 
-from shoal.core import capacity, reasons, topology
+from shoal.core import capacity, reasons, semipreemptible, topology
 from shoal.core.context import Context
 from shoal.core.ordering import (
     DEFAULT_POLICY,
@@ -220,7 +220,8 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         tasks = tasks_to_allocate(job.root, policy)
         if not tasks:
             continue
-        verdict = capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), not job.preemptible)
+        verdict = capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks),
+                                          semipreemptible.places_core(job))
         if verdict is not None:
             ctx.outcome(job).reasons.append((verdict.reason, verdict.message, verdict.details))
             continue

@@ -85,7 +85,9 @@ def _newest_first(tasks: list[Task]) -> list[Task]:
 
 
 def job_chunks(job: Job, protected: bool = False) -> list[Chunk]:
-    """The job's chunks in eviction order (see the module docstring)."""
+    """The job's chunks in eviction order (see the module docstring); a semi-preemptible job offers only
+    its surplus (its core is never a victim)."""
+    protected = protected or job.semi
     running = [t for t in job.tasks if t.status == RUNNING]
     if not running:
         return []

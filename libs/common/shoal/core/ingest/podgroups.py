@@ -27,7 +27,7 @@ from shoal.core.model import (
 NODE_POOL_LABEL = "kai.scheduler/node-pool"
 ANNOTATION_PREEMPTION_DELAY = "kai.scheduler/preemption-delay"
 ANNOTATION_STALENESS_GRACE = "kai.scheduler/staleness-grace-period"
-PREEMPTIBILITY = ("", "preemptible", "non-preemptible")
+PREEMPTIBILITY = ("", "preemptible", "non-preemptible", "semi-preemptible")
 
 
 def _count(value: object, field: str) -> int | None:
@@ -95,7 +95,7 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
     subgroups = _subgroups(spec)
     preemptibility = str(spec.get("preemptibility") or "")
     if preemptibility not in PREEMPTIBILITY:
-        raise IngestError("spec.preemptibility", "must be 'preemptible' or 'non-preemptible'")
+        raise IngestError("spec.preemptibility", "must be 'preemptible', 'non-preemptible' or 'semi-preemptible'")
     topology, required, preferred = _constraint(spec.get("topologyConstraint"), "spec.topologyConstraint")
     delay = None
     if spec.get("preemptionDelay") is not None:
@@ -118,6 +118,9 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
         reasons = as_list(cond.get("reasons"), "status.schedulingConditions[0].reasons")
         if reasons and isinstance(reasons[0], Mapping) and reasons[0].get("reason"):
             condition_reason = str(reasons[0]["reason"])
+
+    state = as_map(status.get("schedulingState"), "status.schedulingState")
+    core_pods = tuple(sorted(str(p) for p in as_list(state.get("corePods"), "status.schedulingState.corePods")))
 
     def stamp(key: str) -> str | None:
         return norm_time(annotations[key], f"metadata.annotations.{key}") if annotations.get(key) else None
@@ -149,4 +152,5 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
         scheduling_backoff=-1 if backoff is None else backoff,
         condition_reason=condition_reason,
         annotations=annotations,
+        core_pods=core_pods,
     )

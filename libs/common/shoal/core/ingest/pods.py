@@ -17,6 +17,7 @@ from shoal.core.ingest.common import (
 )
 from shoal.core.ingest.quantity import QuantityError, milli_units, parse_quantity
 from shoal.core.model import (
+    LABEL_BACKGROUND,
     LABEL_GPU_GROUP,
     LABEL_TASK_PRIORITY,
     PHASE_PENDING,
@@ -216,6 +217,7 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
         managed=managed,
+        background=managed and bool(node_name) and labels.get(LABEL_BACKGROUND) == "true",
         owner_kind=owner_kind,
         owner_name=owner_name,
     )
