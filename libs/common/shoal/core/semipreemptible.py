@@ -32,15 +32,41 @@ def core_tasks(job: Job) -> list[Task]:
     return out
 
 
+def _split(node: SubGroupNode) -> tuple[list[SubGroupNode], list[SubGroupNode]]:
+    """(core children, other children) of a (sub)group with children, each in core order."""
+    children = sorted(node.children, key=lambda c: (not is_satisfied(c), c.name))
+    keep = len(children) if node.min_subgroup is None else min(node.min_subgroup, len(children))
+    return children[:keep], children[keep:]
+
+
 def _collect(node: SubGroupNode, out: list[Task]) -> None:
     if node.is_leaf:
         active = sorted((t for t in node.tasks if t.status in ACTIVE), key=task_order_key)
         out.extend(active[: node.min_member or 0])
         return
-    children = sorted(node.children, key=lambda c: (not is_satisfied(c), c.name))
-    keep = len(children) if node.min_subgroup is None else min(node.min_subgroup, len(children))
-    for child in children[:keep]:
+    for child in _split(node)[0]:
         _collect(child, out)
+
+
+def _subtree_tasks(node: SubGroupNode) -> list[Task]:
+    if node.is_leaf:
+        return list(node.tasks)
+    return [t for c in node.children for t in _subtree_tasks(c)]
+
+
+def surplus_subgroups(job: Job) -> list[list[Task]]:
+    """The tasks of each subgroup outside the core (at any level), in eviction order: at each level the
+    last in core order first (unsatisfied before satisfied, then by name descending), outer levels first."""
+    out: list[list[Task]] = []
+    pending = [job.root]
+    while pending:
+        node = pending.pop(0)
+        if node.is_leaf:
+            continue
+        core, rest = _split(node)
+        out.extend(_subtree_tasks(c) for c in reversed(rest))
+        pending.extend(core)
+    return out
 
 
 def core_pod_names(job: Job) -> tuple[str, ...]:
