@@ -88,3 +88,17 @@ def test_ingest_reads_semi_preemptible_and_published_core_pods():
                         "spec": {"minMember": 2, "queue": "q", "preemptibility": SEMI},
                         "status": {"schedulingState": {"corePods": ["b", "a"]}}})
     assert pg.semi_preemptible and pg.core_pods == ("a", "b")
+
+
+def test_the_podgrouper_copies_the_semi_preemptible_label_into_the_spec():
+    from shoal.core.podgrouper import OwnerIndex, group_pod
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "spec": {},
+           "metadata": {"name": "j", "namespace": "ns", "uid": "uid-j", "labels": {"kai.scheduler/preemptibility": SEMI},
+                        "annotations": {"kai.scheduler/batch-min-member": "2"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": {},
+           "metadata": {"name": "j-0", "namespace": "ns", "uid": "uid-j-0", "labels": {}, "annotations": {},
+                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "uid-j",
+                                             "controller": True}]}}
+    g = group_pod(pod, OwnerIndex([job]), ("train", "build", "inference"))
+    assert g.podgroup["spec"]["preemptibility"] == SEMI and g.podgroup["spec"]["minMember"] == 2
