@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from shoal.core.context import Context
 from shoal.core.model import Pod
-from shoal.core.session import NodeState, Task
+from shoal.core.session import DEVICE_MILLI, GPU_MEMORY_PLACEHOLDER_MIB, NodeState, Task
 from shoal.core.statement import Op
 
 ACTION = "backgroundpods"
@@ -22,13 +22,14 @@ EVICTION_MESSAGE = "Evicted to make room for a workload on this node"
 
 
 def _share(pod: Pod, node: NodeState) -> int:
+    """The milli-device a running fractional pod holds on each of its shared GPUs (as the session counts it)."""
     frac = pod.fraction
     if frac is None:
         return 0
     if frac.portion_milli is not None:
         return frac.portion_milli
-    mem = node.gpu_mem or 100
-    return -(-(frac.gpu_memory_mib or 0) * 1000 // mem)
+    mem = node.gpu_mem or GPU_MEMORY_PLACEHOLDER_MIB
+    return -(-(frac.gpu_memory_mib or 0) * DEVICE_MILLI // mem)
 
 
 def _fits(node: NodeState, pod: Pod) -> bool:
