@@ -69,3 +69,20 @@ def test_ingest_marks_only_placed_managed_labelled_pods():
     assert not pod_from(obj(label, None), pod_group="g", subgroup=None, managed=True, now="").background
     assert not pod_from(obj({"kai.scheduler/background": "false"}), pod_group="g", subgroup=None, managed=True,
                         now="").background
+
+
+def test_a_fraction_placed_on_the_portion_a_background_pod_holds_evicts_it():
+    """A shared GPU with an ordinary sharer: the background pod's portion is releasing room."""
+    hc = background(job("hc", queue="maintenance", fraction=0.5, running_on=["n1"]))
+    hc.pods = [msgspec.structs.replace(p, gpu_groups=("g1",)) for p in hc.pods]
+    other = job("other", queue="team", fraction=0.25, running_on=["n1"], created=2)
+    other.pods = [msgspec.structs.replace(p, gpu_groups=("g1",)) for p in other.pods]
+    snap = cluster(nodes=[node("n1", gpus=1)], queues=queues(),
+                   jobs=[hc, other, job("w", queue="team", fraction=0.75, created=5)])
+    plan = run_cycle(snap)
+    assert [(op.pod, op.node, op.gpu_groups) for op in plan.of(Pipeline)] == [(f"{NS}/w-0", "n1", ("g1",))]
+    assert [(op.pod, op.action) for op in plan.of(Evict)] == [(f"{NS}/hc-0", ACTION)]
+    snap = cluster(nodes=[node("n1", gpus=1)], queues=queues(),
+                   jobs=[hc, other, job("w", queue="team", fraction=0.25, created=5)])
+    plan = run_cycle(snap)  # the free quarter is enough: bound beside them, nothing evicted
+    assert len(plan.of(Bind)) == 1 and plan.of(Evict) == []
