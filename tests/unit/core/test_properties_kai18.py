@@ -53,7 +53,7 @@ def _core(pods: list) -> list:
     return sorted(pods, key=lambda p: (p.created, p.uid, p.name))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kai18_clusters())
 def test_semi_preemptible_core_is_never_a_victim_and_quota_figures_count_only_the_core(spec):
     snap = make_snapshot(**spec)
@@ -96,7 +96,7 @@ def test_semi_preemptible_core_is_never_a_victim_and_quota_figures_count_only_th
         assert figures.get(q, 0) == want[q], (q, figures, dict(want))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kai18_clusters())
 def test_a_background_pod_is_evicted_only_where_a_placement_of_the_plan_takes_its_room(spec):
     snap = make_snapshot(**spec)

@@ -102,3 +102,10 @@ def test_the_podgrouper_copies_the_semi_preemptible_label_into_the_spec():
                                              "controller": True}]}}
     g = group_pod(pod, OwnerIndex([job]), ("train", "build", "inference"))
     assert g.podgroup["spec"]["preemptibility"] == SEMI and g.podgroup["spec"]["minMember"] == 2
+
+
+def test_core_pods_of_a_group_without_live_pods_are_cleared():
+    spec = job("e", pods=0, min_member=2, preemptibility=SEMI)
+    spec.group = msgspec.structs.replace(spec.group, core_pods=("e-0", "e-1"))
+    plan = run_cycle(cluster(nodes=[node("n1")], queues=[queue("q", gpu=(4, -1))], jobs=[spec]))
+    assert plan.of(SetCorePods) == [SetCorePods(pod_group=f"{NS}/e", pods=())]

@@ -182,6 +182,7 @@ def build_plan(ctx: Context) -> Plan:
         core = semipreemptible.core_pod_names(job)
         if core != job.group.core_pods:
             status.append(SetCorePods(pod_group=job.key, pods=core))
+    status.extend(SetCorePods(pod_group=key) for key in session.stale_cores)
     status.extend(ctx.status_ops)
     return make_plan(snap.revision, ops + status, queue_figures(ctx))
 

@@ -349,6 +349,7 @@ class Session:
         # one entry per running pod of a preemptible job: the job's position (victims.VictimPool counts them)
         self.running_preemptible: list[int] = []
         self.semi_positions: list[int] = []  # semi-preemptible PodGroups (their jobs are made up front)
+        self.stale_cores: list[str] = []
         self.background: list[tuple[NodeState, Pod]] = []  # background pods planned as if absent
         classes = {c.name: c for c in snapshot.priority_classes}
         default = model.global_default_priority(classes)
@@ -511,6 +512,9 @@ class Session:
         if index.count != len(groups):  # duplicates: only the surviving (last) PodGroup of a key counts
             semi &= set(index.positions())
         self.semi_positions = sorted(semi)
+        # PodGroups without live pods that still show core pods: their corePods are cleared
+        self.stale_cores = sorted(groups[gi].key for gi in compress(range(len(groups)), map(_is_none, index.first))
+                                  if groups[gi].core_pods)
         up_front = index.positions() if eager_jobs else self._read_up_front(groups, pending | semi, marked)
         for gi in sorted(up_front):
             index.job_at(gi)
