@@ -109,3 +109,13 @@ def test_core_pods_of_a_group_without_live_pods_are_cleared():
     spec.group = msgspec.structs.replace(spec.group, core_pods=("e-0", "e-1"))
     plan = run_cycle(cluster(nodes=[node("n1")], queues=[queue("q", gpu=(4, -1))], jobs=[spec]))
     assert plan.of(SetCorePods) == [SetCorePods(pod_group=f"{NS}/e", pods=())]
+
+
+def test_cores_are_counted_once_per_session():
+    from shoal.core.context import Context
+
+    snap = cluster(nodes=[node("n1")], queues=[queue("q", gpu=(4, -1))],
+                   jobs=[job("e", pods=3, gpus=1, min_member=2, running_on=["n1"] * 3, preemptibility=SEMI)])
+    session = Session(snap)
+    Context(session)
+    assert Context(session).shares["q"].allocated_non_preemptible.gpu_milli == 2000

@@ -91,7 +91,10 @@ def places_core(job: Job) -> bool:
 
 
 def count_cores(session: Session) -> None:
-    """Add each semi-preemptible job's core to its queue's own non-preemptible figures (build time)."""
+    """Add each semi-preemptible job's core to its queue's own non-preemptible figures (build time, once)."""
+    if session.cores_counted:
+        return
+    session.cores_counted = True
     for gi in session.semi_positions:
         job = session.jobs.job_at(gi)
         own = session.own.get(job.queue)

@@ -350,6 +350,7 @@ class Session:
         self.running_preemptible: list[int] = []
         self.semi_positions: list[int] = []  # semi-preemptible PodGroups (their jobs are made up front)
         self.stale_cores: list[str] = []
+        self.cores_counted = False  # semipreemptible.count_cores ran (the first Context on this session)
         self.background: list[tuple[NodeState, Pod]] = []  # background pods planned as if absent
         classes = {c.name: c for c in snapshot.priority_classes}
         default = model.global_default_priority(classes)
