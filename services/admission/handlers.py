@@ -1,4 +1,4 @@
-"""AdmissionReview in, AdmissionReview out: pods (validate, mutate) and queues (validate).
+"""AdmissionReview in, AdmissionReview out: pods (validate, mutate), queues and PodGroups (validate).
 
 Bad input never raises: a body that is not an AdmissionReview is answered with a denial that says what
 is wrong (HTTP 200, so the apiserver shows the message), and a cluster read that fails degrades to the
@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from services.admission import sharing
+from services.admission import podgroups, sharing
 from services.admission import translate as t
 from shoal.adapters import kube as k
 from shoal.errors import NotFoundError, ShoalError
@@ -90,6 +90,7 @@ class Admission:
         app.router.add_post("/validate-pods", self._endpoint("validate-pods", self.validate_pod))
         app.router.add_post("/mutate-pods", self._endpoint("mutate-pods", self.mutate_pod))
         app.router.add_post("/validate-queues", self._endpoint("validate-queues", self.validate_queue))
+        app.router.add_post("/validate-podgroups", self._endpoint("validate-podgroups", self.validate_podgroup))
 
     def _endpoint(self, hook: str, handle: Callable[[dict, str], Awaitable[dict]]
                   ) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -171,6 +172,13 @@ class Admission:
         verdict = t.validate_queue(operation, queue, old, queues)
         return review_response(uid, allowed=verdict.denial is None, message=verdict.denial or "",
                                warnings=verdict.warnings)
+
+
+    async def validate_podgroup(self, review: dict, uid: str) -> dict:
+        if str(review.get("operation") or "") != "UPDATE":
+            return review_response(uid, allowed=True)
+        denial = podgroups.validate_update(self._object(review, "oldObject"), self._object(review))
+        return review_response(uid, allowed=denial is None, message=denial or "")
 
 
 class RuntimeClassLookup:

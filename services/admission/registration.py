@@ -1,5 +1,5 @@
-"""The webhook configurations the service registers itself (local stack, tests): pods (mutate, validate) and
-queues (validate), pointing at `url: https://<host>:<port>/<path>` with the CA as caBundle.
+"""The webhook configurations the service registers itself (local stack, tests): pods (mutate, validate),
+queues and PodGroups (validate), pointing at `url: https://<host>:<port>/<path>` with the CA as caBundle.
 
 Validation fails closed (failurePolicy Fail), mutation fails open (Ignore); pod hooks only see pods with
 Shoal's scheduler names (matchConditions) outside the system namespaces, optionally narrowed by a namespace
@@ -24,6 +24,8 @@ VALIDATING = k.Resource("admissionregistration.k8s.io", "v1", "validatingwebhook
 SYSTEM_NAMESPACES = ["kube-system", "kube-node-lease", "shoal-system", "kai-resource-reservation"]
 SELF_REGISTERED = "shoal.io/self-registered"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+SEMI_PREEMPTIBLE_CONDITION = ("has(oldObject.spec.preemptibility) && "
+                              "oldObject.spec.preemptibility == 'semi-preemptible'")
 
 
 def instance_name(config_name: str, topic_prefix: str) -> str:
@@ -59,6 +61,21 @@ def _pod_hook(name: str, url: str, ca: str, policy: str, timeout_s: int, schedul
                                                f"object.spec.schedulerName in [{names}]"}]}
 
 
+def _podgroup_hook(url: str, ca: str, timeout_s: int, namespace_selector: str) -> dict:
+    """UPDATEs of semi-preemptible PodGroups only (matchConditions), so no other PodGroup write depends on
+    the webhook being up."""
+    selector: dict = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                            "values": SYSTEM_NAMESPACES}]}
+    if namespace_selector:
+        selector["matchLabels"] = match_labels(namespace_selector)
+    return {"name": "podgroups.validate.shoal.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Fail", "timeoutSeconds": timeout_s, "clientConfig": {"url": url, "caBundle": ca},
+            "rules": [{"apiGroups": ["scheduling.run.ai"], "apiVersions": ["v2alpha2"], "operations": ["UPDATE"],
+                       "resources": ["podgroups"], "scope": "Namespaced"}],
+            "namespaceSelector": selector,
+            "matchConditions": [{"name": "semi-preemptible", "expression": SEMI_PREEMPTIBLE_CONDITION}]}
+
+
 def configurations(name: str, base_url: str, ca_pem: bytes, *, timeout_s: int = 5,
                    scheduler_names: tuple[str, ...] = ("shoal-scheduler",), namespace_selector: str = "",
                    queue_selector: str = "") -> tuple[dict, dict]:
@@ -79,10 +96,12 @@ def configurations(name: str, base_url: str, ca_pem: bytes, *, timeout_s: int = 
                    "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["queues"], "scope": "Cluster"}]}
     if queue_selector:
         queue_hook["objectSelector"] = {"matchLabels": match_labels(queue_selector)}
+    podgroup_hook = _podgroup_hook(f"{base_url}/validate-podgroups", ca, timeout_s, namespace_selector)
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                   "metadata": dict(meta),
                   "webhooks": [_pod_hook("pods.validate.shoal.io", f"{base_url}/validate-pods", ca, "Fail",
-                                         timeout_s, scheduler_names, namespace_selector), queue_hook]}
+                                         timeout_s, scheduler_names, namespace_selector), queue_hook,
+                               podgroup_hook]}
     return mutating, validating
 
 

@@ -34,6 +34,7 @@ from shoal.core.plan import (
     PodGroupEvent,
     Reserve,
     SetCondition,
+    SetCorePods,
 )
 from shoal.core.sharing_mode import DEFAULT_MODE, DISABLED, disabled_message
 from shoal.errors import ConflictError, NotFoundError, PermanentError, TransientError
@@ -207,6 +208,9 @@ class Binder:
             await self.set_condition(op)
         elif isinstance(op, ClearCondition):
             await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": []}}, status=True)
+        elif isinstance(op, SetCorePods):
+            await self.patch_podgroup(op.pod_group, {"status": {"schedulingState": {"corePods": list(op.pods)}}},
+                                      status=True)
         elif isinstance(op, Annotate):
             await self.patch_podgroup(op.pod_group, {"metadata": {"annotations": {op.key: op.value}}})
         elif isinstance(op, PodGroupEvent):

@@ -225,9 +225,9 @@ def test_invalid_podgroups_are_rejected_clearly(installed_base: Installed, names
     head = "apiVersion: scheduling.run.ai/v2alpha2\nkind: PodGroup\nmetadata: {name: bad}\n"
     err = rejected(kube, head + "spec: {minMember: 2, minSubGroup: 1, queue: q}\n", namespace)
     assert "minMember and minSubGroup are mutually exclusive" in err
-    err = rejected(kube, head + "spec: {minMember: 2, queue: q, preemptibility: semi-preemptible}\n", namespace)
-    assert 'spec.preemptibility: Unsupported value: "semi-preemptible"' in err
-    assert '"preemptible", "non-preemptible"' in err
+    err = rejected(kube, head + "spec: {minMember: 2, queue: q, preemptibility: sometimes}\n", namespace)
+    assert 'spec.preemptibility: Unsupported value: "sometimes"' in err  # semi-preemptible is valid (KAI v0.18)
+    assert '"preemptible", "non-preemptible", "semi-preemptible"' in err
     err = rejected(kube, head + "spec: {minMember: -1, queue: q}\n", namespace)
     assert "spec.minMember" in err and "greater than or equal to 0" in err
     err = rejected(kube, head + "spec:\n  queue: q\n  subGroups:\n  - {name: a, minMember: 1}\n"

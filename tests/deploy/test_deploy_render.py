@@ -97,11 +97,11 @@ def test_crd_fields_cover_kai_api(rendered: dict[str, Docs]) -> None:
     assert {"minMember", "minSubGroup", "queue", "priorityClassName", "preemptibility", "markUnschedulable",
             "schedulingBackoff", "topologyConstraint", "subGroups", "preemptionDelay",
             "stalenessGracePeriod"} <= set(spec)
-    assert spec["preemptibility"]["enum"] == ["preemptible", "non-preemptible"]
+    assert spec["preemptibility"]["enum"] == ["preemptible", "non-preemptible", "semi-preemptible"]
     assert spec["minMember"]["minimum"] == 0 and spec["minSubGroup"]["minimum"] == 0
     assert {"name", "minMember", "minSubGroup", "parent", "topologyConstraint"} <= set(
         spec["subGroups"]["items"]["properties"])
-    assert {"schedulingConditions", "resourcesStatus", "conditions"} <= set(pg["status"]["properties"])
+    assert {"schedulingConditions", "resourcesStatus", "conditions", "schedulingState"} <= set(pg["status"]["properties"])
     rules = [r["rule"] for r in pg["spec"]["x-kubernetes-validations"]]
     assert any("minMember" in r and "minSubGroup" in r for r in rules)
 
@@ -189,7 +189,7 @@ def test_webhooks_and_certificates(rendered: dict[str, Docs]) -> None:
         mutating = by_kind(docs, "MutatingWebhookConfiguration")["shoal-admission"]
         validating = by_kind(docs, "ValidatingWebhookConfiguration")["shoal-admission"]
         paths = {w["clientConfig"]["service"]["path"] for w in mutating["webhooks"] + validating["webhooks"]}
-        assert paths == {"/mutate-pods", "/validate-pods", "/validate-queues"}
+        assert paths == {"/mutate-pods", "/validate-pods", "/validate-queues", "/validate-podgroups"}
         for hook in mutating["webhooks"] + validating["webhooks"]:
             assert hook["clientConfig"]["service"]["name"] == "shoal-admission"
             assert hook["sideEffects"] == "None"
@@ -266,7 +266,8 @@ def test_webhook_failure_policies(rendered: dict[str, Docs], overlay: str) -> No
     validating = by_kind(docs, "ValidatingWebhookConfiguration")["shoal-admission"]["webhooks"]
     assert {w["name"]: w["failurePolicy"] for w in mutating} == {"pods.mutate.shoal.io": "Ignore"}
     assert {w["name"]: w["failurePolicy"] for w in validating} == {"pods.validate.shoal.io": "Fail",
-                                                                   "queues.validate.shoal.io": "Fail"}
+                                                                   "queues.validate.shoal.io": "Fail",
+                                                                   "podgroups.validate.shoal.io": "Fail"}
 
 
 SETTINGS = {

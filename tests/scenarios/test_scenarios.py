@@ -4,12 +4,12 @@ Each directory holds manifests (every *.yaml except expect.yaml / config.yaml) a
   description, cycles (default 1), now (RFC3339), config (a file in the directory → --config),
   xfail (a reason: the scenario needs behaviour not built yet; strict),
   checks: per cycle (`cycle: N | last | all`) — binds / pipelined / evictions (exact pod sets),
-    bindCount, bindNodes {pod: node}, gpuGroups {pod: [..]}, gpuGroupsNot {pod: [..]},
+    evictedAs {pod: {action, by, message}}, bindCount, bindNodes {pod: node}, gpuGroups {pod: [..]}, gpuGroupsNot {pod: [..]},
     sameGpuGroup [pods], fractions {pod: x}, reserveOps n,
     unschedulable (a list: [] = none; else each item must match one entry by podGroup or
     podGroupPrefix, with reason / message / messageStartsWith / messageContains),
     notUnschedulable [groups], notUnschedulablePrefix [prefixes], queues {q: {gpu: {fairShare: 7}}},
-  final: pods {pod: {phase, node, nominatedNode}}, podGroups {group: {running, pending, pipelined}},
+  final: pods {pod: {phase, node, nominatedNode}}, podGroups {group: {running, pending, pipelined, corePods}},
     annotations {group: {key: value}} (PodGroup annotations the plan wrote back).
 """
 
@@ -117,6 +117,10 @@ def check_cycle(cycle: dict, check: dict, reserves: int | None) -> None:
         assert sorted(p["pod"] for p in cycle["pipelined"]) == sorted(check["pipelined"])
     if "evictions" in check:
         assert sorted(e["pod"] for e in cycle["evictions"]) == sorted(check["evictions"])
+    evicted = {e["pod"]: e for e in cycle["evictions"]}
+    for pod, fields in check.get("evictedAs", {}).items():
+        for name, value in fields.items():
+            assert evicted[pod][name] == value, evicted.get(pod)
     if "unschedulable" in check:
         check_unschedulable(cycle["unschedulable"], check["unschedulable"])
     groups = {e["podGroup"] for e in cycle["unschedulable"]}

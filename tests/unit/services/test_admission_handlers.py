@@ -138,8 +138,10 @@ def test_registration_scopes_and_policies():
     assert hook["failurePolicy"] == "Ignore" and hook["clientConfig"]["url"] == "https://127.0.0.1:9443/mutate-pods"
     assert hook["namespaceSelector"]["matchLabels"] == {"a": "b"}
     assert "'kai-scheduler'" in hook["matchConditions"][0]["expression"]
-    pods, queues = validating["webhooks"]
+    pods, queues, podgroups = validating["webhooks"]
     assert pods["failurePolicy"] == "Fail" and queues["failurePolicy"] == "Fail"
+    assert podgroups["failurePolicy"] == "Fail" and podgroups["rules"][0]["operations"] == ["UPDATE"]
+    assert podgroups["clientConfig"]["url"] == "https://127.0.0.1:9443/validate-podgroups"
     assert queues["objectSelector"] == {"matchLabels": {"t": "1"}}
     assert base64.b64decode(pods["clientConfig"]["caBundle"]) == b"CA"
     assert match_labels("a=b, c = d,junk") == {"a": "b", "c": "d"}

@@ -69,10 +69,14 @@ def _key(doc: Mapping) -> str:
 
 def final_json(documents: list[dict]) -> dict:
     pods: dict[str, dict] = {}
-    groups: dict[str, dict[str, int]] = {}
+    groups: dict[str, dict] = {}
+    core: dict[str, list[str]] = {}  # semi-preemptible groups: status.schedulingState.corePods
     for doc in documents:
         if isinstance(doc, dict) and doc.get("kind") == "PodGroup":
             groups[_key(doc)] = {"running": 0, "pending": 0, "pipelined": 0}
+            if (doc.get("spec") or {}).get("preemptibility") == "semi-preemptible":
+                state = (doc.get("status") or {}).get("schedulingState") or {}
+                core[_key(doc)] = list(state.get("corePods") or [])
     for doc in documents:
         if not isinstance(doc, dict) or doc.get("kind") != "Pod":
             continue
@@ -92,6 +96,8 @@ def final_json(documents: list[dict]) -> dict:
             counts["pipelined"] += 1
         elif phase == "Pending":
             counts["pending"] += 1
+    for key, names in core.items():
+        groups[key]["corePods"] = names
     return {"pods": {k: pods[k] for k in sorted(pods)}, "podGroups": {k: groups[k] for k in sorted(groups)}}
 
 

@@ -32,7 +32,7 @@ from shoal.core.ingest import (
 )
 from shoal.core.ingest.common import IngestError
 from shoal.core.model import ALL_ACTIONS
-from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition
+from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition, SetCorePods
 from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL
 
 GPU_GROUP_LABEL = "runai-gpu-group"
@@ -159,6 +159,8 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
                 "message": op.message, "status": "True",
                 "reasons": [{"reason": r.reason, "message": r.message} for r in op.reasons],
             }]
+        elif isinstance(op, SetCorePods) and op.pod_group in groups:
+            groups[op.pod_group].setdefault("status", {})["schedulingState"] = {"corePods": list(op.pods)}
         elif isinstance(op, ClearCondition) and op.pod_group in groups:
             groups[op.pod_group].setdefault("status", {}).pop("schedulingConditions", None)
     pipelined = {op.pod for op in plan.ops if isinstance(op, Pipeline)}

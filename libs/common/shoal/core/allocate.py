@@ -16,7 +16,7 @@ failed bind (bindbackoff.py), or carrying an invalid GPU-sharing annotation are 
 
 from __future__ import annotations
 
-from shoal.core import bindbackoff, capacity, reasons, subgroup_topology, topology
+from shoal.core import bindbackoff, capacity, reasons, semipreemptible, subgroup_topology, topology
 from shoal.core.context import Context
 from shoal.core.ordering import (
     DEFAULT_POLICY,
@@ -231,7 +231,8 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         tasks = tasks_to_allocate(job.root, policy)
         if not tasks:
             continue
-        verdict = capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), not job.preemptible)
+        verdict = capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks),
+                                          semipreemptible.places_core(job))
         if verdict is not None:
             ctx.outcome(job).reasons.append((verdict.reason, verdict.message, verdict.details))
             continue

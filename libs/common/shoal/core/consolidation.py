@@ -13,7 +13,7 @@ the next cycles place them. Disabled under the spread placement strategy or with
 
 from __future__ import annotations
 
-from shoal.core import capacity
+from shoal.core import capacity, semipreemptible
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
 from shoal.core.evictors import run_evictors
@@ -86,7 +86,8 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     free = [-1, 0]  # [dirty-log length when counted, idle + releasing milli-GPUs]
 
     def admit(job: Job, tasks: list[Task]) -> bool:
-        return capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks), False) is None
+        return capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks),
+                                       semipreemptible.places_core(job)) is None
 
     run_evictors(ctx, NAME, policy, budget, delayed=record_delay, admit=admit, only=lambda job: job.preemptible,
                  attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool, free), grow=False)

@@ -5,6 +5,7 @@ gang eviction) get the same context.
 
 from __future__ import annotations
 
+from shoal.core import semipreemptible
 from shoal.core.fairshare import FairShareResult, QueueInput, QueueShare, divide_fair_share
 from shoal.core.fairshare import QueueResource as ShareResource
 from shoal.core.fairshare import QueueUsage as ShareUsage
@@ -64,6 +65,7 @@ class Context:
         self.session = session
         self.statement = Statement(session)
         self.nodes = NodeFilter(session)
+        semipreemptible.count_cores(session)
         if fair is None:
             cpu, mem, gpu = session.total_capacity()
             fair = divide_fair_share(queue_inputs(session), Resources(cpu, mem, gpu), session.config.k_value)
@@ -94,6 +96,7 @@ class Context:
 
     def accept(self, ops: list[Op]) -> None:
         """Record committed ops and keep the queue figures used by the policies in step."""
+        semi: dict[str, Job] = {}
         for op in ops:
             if op.kind == "convert":  # core II: a marker (allocation -> pipeline), its resources are counted
                 continue
@@ -107,3 +110,7 @@ class Context:
             delta = Resources(task.cpu * sign, task.mem * sign, task.gpu_fair * sign)
             if job.queue in self.shares:
                 record_allocation(self.shares, job.queue, delta, not job.preemptible)
+            if job.semi:
+                semi[job.key] = job
+        for job in semi.values():
+            semipreemptible.record_core(self.shares, job)

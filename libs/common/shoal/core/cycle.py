@@ -12,7 +12,17 @@ import gc
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from shoal.core import allocate, bindbackoff, consolidation, preempt, reasons, reclaim, stalegang
+from shoal.core import (
+    allocate,
+    background,
+    bindbackoff,
+    consolidation,
+    preempt,
+    reasons,
+    reclaim,
+    semipreemptible,
+    stalegang,
+)
 from shoal.core.context import Context
 from shoal.core.gpusharing import portion_text, received_memory_mib
 from shoal.core.model import ANNOTATION_LAST_START, Snapshot
@@ -32,6 +42,7 @@ from shoal.core.plan import (
     Reserve,
     ResourceFigures,
     SetCondition,
+    SetCorePods,
     make_plan,
 )
 from shoal.core.session import ACTIVE, PENDING, Session
@@ -170,6 +181,12 @@ def build_plan(ctx: Context) -> Plan:
                 status.append(PodEvent(pod=t.key, reason=reasons.UNSCHEDULABLE, message=text, pod_group=key))
         elif active and job.group.condition_reason:
             status.append(ClearCondition(pod_group=key))
+    for gi in session.semi_positions:
+        job = session.jobs.job_at(gi)
+        core = semipreemptible.core_pod_names(job)
+        if core != job.group.core_pods:
+            status.append(SetCorePods(pod_group=job.key, pods=core))
+    status.extend(SetCorePods(pod_group=key) for key in session.stale_cores)
     status.extend(ctx.status_ops)
     return make_plan(snap.revision, ops + status, queue_figures(ctx))
 
@@ -221,6 +238,7 @@ def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool
         if fn is not None:
             fn(ctx)
         durations[name] = round((clock() - a0) * 1000.0, 3)
+    background.restore(ctx)
     bindbackoff.clear_recovered(ctx)
     plan = build_plan(ctx)
     t2 = clock()

@@ -21,6 +21,7 @@ LABEL_TASK_PRIORITY = "kai.scheduler/task-priority"
 LABEL_KUBEFLOW_ROLE = "training.kubeflow.org/job-role"
 LABEL_RAY_NODE_TYPE = "ray.io/node-type"
 LABEL_GPU_GROUP = "runai-gpu-group"
+LABEL_BACKGROUND = "kai.scheduler/background"  # "true": planned as if absent, evicted when its room is taken
 ANNOTATION_LAST_START = "kai.scheduler/last-start-timestamp"
 ANNOTATION_BIND_FAILURES = "shoal.io/bind-failures"
 ANNOTATION_LAST_BIND_FAILURE = "shoal.io/last-bind-failure"
@@ -38,6 +39,9 @@ UNLIMITED = -1
 DEFAULT_PRIORITY = 50
 DEFAULT_QUEUE_PRIORITY = 100
 NON_PREEMPTIBLE_PRIORITY = 100
+PREEMPTIBLE = "preemptible"
+NON_PREEMPTIBLE = "non-preemptible"
+SEMI_PREEMPTIBLE = "semi-preemptible"  # the gang's minimum is non-preemptible, the pods above it are not
 
 ALL_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
 
@@ -120,6 +124,7 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     owner_name: str | None = None
     eviction_blocked: bool = False  # a PodDisruptionBudget allows no disruption now (SPEC §2.2)
     compute_mode: str | None = None  # nvidia.com/container.<c>.gpu-compute.mode; None = time-slicing
+    background: bool = False  # label kai.scheduler/background=true (KAI v0.18 background pods)
 
     @property
     def key(self) -> str:
@@ -146,7 +151,7 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     subgroups: tuple[SubGroup, ...] = ()
     priority_class_name: str = ""
     priority: int | None = None  # resolved value; None = resolve from priority classes
-    preemptibility: str = ""  # "preemptible" | "non-preemptible" | "" (derive from priority)
+    preemptibility: str = ""  # "preemptible" | "non-preemptible" | "semi-preemptible" | "" (from priority)
     created: str | int = 0
     node_pool: str = ""
     topology: str | None = None
@@ -164,10 +169,15 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     bind_failures: int = 0  # shoal.io/bind-failures: failed bind rounds since the job last bound (bindbackoff.py)
     last_bind_failure: str | None = None  # shoal.io/last-bind-failure (RFC3339)
     last_bind_error: str = ""  # shoal.io/last-bind-error
+    core_pods: tuple[str, ...] = ()  # status.schedulingState.corePods as last published (semi-preemptible)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def semi_preemptible(self) -> bool:
+        return self.preemptibility == SEMI_PREEMPTIBLE
 
 
 class QueueResource(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -326,9 +336,10 @@ def global_default_priority(classes: dict[str, PriorityClass]) -> int | None:
 
 
 def is_preemptible(group: PodGroup, priority: int) -> bool:
-    """§4.8: spec.preemptibility wins, else priority < 100."""
-    if group.preemptibility == "preemptible":
+    """§4.8: spec.preemptibility wins, else priority < 100 (a semi-preemptible group can be preempted:
+    its pods above the gang minimum)."""
+    if group.preemptibility in (PREEMPTIBLE, SEMI_PREEMPTIBLE):
         return True
-    if group.preemptibility == "non-preemptible":
+    if group.preemptibility == NON_PREEMPTIBLE:
         return False
     return priority < NON_PREEMPTIBLE_PRIORITY

@@ -53,7 +53,7 @@ class Evict(Op, tag="Evict"):
     pod: str
     pod_uid: str
     node: str
-    action: str  # allocate | consolidation | reclaim | preempt | stalegangeviction
+    action: str  # allocate | consolidation | reclaim | preempt | stalegangeviction | backgroundpods
     by: str  # ns/podgroup of the evictor
     message: str
     pod_group: str = ""
@@ -109,6 +109,13 @@ class PodEvent(Op, tag="PodEvent"):
     pod_group: str = ""
 
 
+class SetCorePods(Op, tag="SetCorePods"):
+    """status.schedulingState.corePods of a semi-preemptible PodGroup: its protected pods, by name."""
+
+    pod_group: str
+    pods: tuple[str, ...] = ()
+
+
 class Annotate(Op, tag="Annotate"):
     pod_group: str
     key: str
@@ -117,6 +124,7 @@ class Annotate(Op, tag="Annotate"):
 
 PlanOp = (
     Reserve | Bind | Pipeline | Evict | SetCondition | ClearCondition | PodGroupEvent | PodEvent | Annotate
+    | SetCorePods
 )
 
 

@@ -315,7 +315,7 @@ def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str
     spec["queue"] = queue
     spec["priorityClassName"] = _priority_class(owners_top_down, pod, kind, priority_classes)
     preemptibility = _first_label(label_sources, (PREEMPTIBILITY_LABEL,))
-    if preemptibility in ("preemptible", "non-preemptible"):
+    if preemptibility in ("preemptible", "non-preemptible", "semi-preemptible"):
         spec["preemptibility"] = preemptibility
 
     source = top if top is not None else pod

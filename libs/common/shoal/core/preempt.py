@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from shoal.core import capacity, limits
+from shoal.core import capacity, limits, semipreemptible
 from shoal.core.allocate import limit_request
 from shoal.core.context import Context
 from shoal.core.evictors import run_evictors
@@ -72,7 +72,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     pool = ctx.victim_pool()
 
     def admit(job: Job, tasks: list[Task]) -> bool:  # OverLimit is checked inside the scenario, victims gone
-        return job.preemptible or not capacity.check_non_preemptible_quota(ctx.shares, job.queue,
+        return not semipreemptible.places_core(job) or not capacity.check_non_preemptible_quota(ctx.shares, job.queue,
                                                                              limit_request(tasks))
 
     run_evictors(ctx, NAME, policy, budget, delayed=record_delay, admit=admit,

@@ -171,6 +171,17 @@ def record_allocation(
         name = share.parent
 
 
+def record_non_preemptible(shares: MutableMapping[str, QueueShare], queue: str, delta: Resources) -> None:
+    """Add `delta` to `allocated_non_preemptible` alone of the queue and every ancestor (a semi-preemptible
+    job's core grew or shrank; its allocated amounts were recorded with the placements)."""
+    name: str | None = queue
+    while name is not None and name in shares:
+        share = shares[name]
+        shares[name] = share = msgspec.structs.replace(
+            share, allocated_non_preemptible=share.allocated_non_preemptible + delta)
+        name = share.parent
+
+
 def queue_path(shares: Mapping[str, QueueShare], queue: str) -> tuple[QueueShare, ...]:
     """The queue then its ancestors up to the top level (empty when the queue is unknown)."""
     path: list[QueueShare] = []

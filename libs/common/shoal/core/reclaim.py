@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from shoal.core import capacity, limits, reclaimable
+from shoal.core import capacity, limits, reclaimable, semipreemptible
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
 from shoal.core.evictors import run_evictors
@@ -164,7 +164,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     def admit(job: Job, tasks: list[Task]) -> bool:
         # OverLimit of an ancestor is checked inside the scenario (victims under it lower it); the
         # leaf's own limit cannot change, its victims are in other queues
-        if not job.preemptible and capacity.check_non_preemptible_quota(ctx.shares, job.queue,
+        if semipreemptible.places_core(job) and capacity.check_non_preemptible_quota(ctx.shares, job.queue,
                                                                         limit_request(tasks)):
             return False
         return job.queue not in limits.Excess(ctx, job, tasks).over

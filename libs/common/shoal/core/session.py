@@ -193,6 +193,8 @@ class Job:
         "error",
         "allocated_at_start",
         "position",
+        "semi",
+        "core_np",
     )
 
     def __init__(self, group: PodGroup, priority: int, preemptible: bool) -> None:
@@ -201,6 +203,9 @@ class Job:
         self.queue = group.queue
         self.priority = priority
         self.preemptible = preemptible
+        # semi-preemptible: preemptible above its gang minimum only (semipreemptible.py)
+        self.semi = group.preemptibility == model.SEMI_PREEMPTIBLE
+        self.core_np = (0, 0, 0)  # the core's resources last counted as non-preemptible in its queue
         self.tasks: list[Task] = []
         mm = group.min_member
         self.root = SubGroupNode("", mm if mm > 0 else 0, group.min_subgroup)
@@ -347,6 +352,10 @@ class Session:
         self.pending_jobs: list[Job] = []  # jobs with a pending or gated task, by key
         # one entry per running pod of a preemptible job: the job's position (victims.VictimPool counts them)
         self.running_preemptible: list[int] = []
+        self.semi_positions: list[int] = []  # semi-preemptible PodGroups (their jobs are made up front)
+        self.stale_cores: list[str] = []
+        self.cores_counted = False  # semipreemptible.count_cores ran (the first Context on this session)
+        self.background: list[tuple[NodeState, Pod]] = []  # background pods planned as if absent
         classes = {c.name: c for c in snapshot.priority_classes}
         default = model.global_default_priority(classes)
         self._priorities = {name: pc.value for name, pc in classes.items()}
@@ -382,7 +391,7 @@ class Session:
         if prio is None:
             prio = self._priorities.get(group.priority_class_name, self._default_priority)
         pre = group.preemptibility
-        return prio, (prio < model.NON_PREEMPTIBLE_PRIORITY if not pre else pre == "preemptible")
+        return prio, (prio < model.NON_PREEMPTIBLE_PRIORITY if not pre else pre != model.NON_PREEMPTIBLE)
 
     def gpu_fair_of(self, pod: Pod) -> int:
         """The milli-GPUs a pod counts for in its queue's fair-share figures."""
@@ -413,6 +422,8 @@ class Session:
         res_ns = self.config.reservation_namespace
         pending: set[int] = set()  # jobs made up front: a pending pod, or a pod no eviction may take (PDB)
         marked: set[int] = set()  # jobs with subgroups, a condition, a stale stamp or a gang minimum
+        semi: set[int] = set()  # semi-preemptible jobs: their core is counted once the pass is done
+        background = self.background
         done = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
         last_namespace = None
         by_name: dict[str, int] = {}
@@ -445,6 +456,8 @@ class Session:
             if (group.subgroups or group.min_member > 1 or group.stale_timestamp or group.condition_reason
                     or group.bind_failures):
                 marked.add(gi)
+            if group.preemptibility == model.SEMI_PREEMPTIBLE:
+                semi.add(gi)
             if node is None:
                 pending.add(gi)
                 acc = find_own(group.queue)
@@ -454,6 +467,10 @@ class Session:
                     req[1] += pod.memory_bytes
                     req[2] += self.gpu_fair_of(pod)
                 continue
+            if pod.background and not pod.deleting and not pod.eviction_blocked:
+                occupy(node, pod, res_ns, releasing=True)
+                background.append((node, pod))
+                continue  # planned as if absent: its room is releasing, it counts in no queue
             if pod.deleting or pod.gpu_groups:
                 occupy(node, pod, res_ns)
                 if pod.deleting:
@@ -465,7 +482,7 @@ class Session:
                 node.idle_gpus -= pod.gpus
             pre = group.preemptibility
             if pre:
-                preemptible = pre == "preemptible"
+                preemptible = pre != "non-preemptible"
             else:
                 prio = group.priority
                 if prio is None:
@@ -498,7 +515,13 @@ class Session:
                     mine[0] += theirs[0]
                     mine[1] += theirs[1]
                     mine[2] += theirs[2]
-        up_front = index.positions() if eager_jobs else self._read_up_front(groups, pending, marked)
+        if index.count != len(groups):  # duplicates: only the surviving (last) PodGroup of a key counts
+            semi &= set(index.positions())
+        self.semi_positions = sorted(semi)
+        # PodGroups without live pods that still show core pods: their corePods are cleared
+        self.stale_cores = sorted(groups[gi].key for gi in compress(range(len(groups)), map(_is_none, index.first))
+                                  if groups[gi].core_pods)
+        up_front = index.positions() if eager_jobs else self._read_up_front(groups, pending | semi, marked)
         for gi in sorted(up_front):
             index.job_at(gi)
         made = index.made
@@ -558,16 +581,16 @@ class Session:
                 continue
             task.node = find_node(node_name)
             task.groups = pod.gpu_groups
-            if pod.deleting:
-                task.status = RELEASING
+            if pod.deleting or (pod.background and not pod.eviction_blocked):
+                task.status = RELEASING  # a background pod is planned as if it had gone
             else:
                 task.status = RUNNING
                 leaf.active += 1
                 job.allocated_at_start += 1
         return job
 
-    def _occupy(self, node: NodeState, pod: Pod, res_ns: str) -> None:
-        releasing = pod.deleting
+    def _occupy(self, node: NodeState, pod: Pod, res_ns: str, releasing: bool = False) -> None:
+        releasing = releasing or pod.deleting
         if releasing:
             node.rel_cpu += pod.cpu_milli
             node.rel_mem += pod.memory_bytes

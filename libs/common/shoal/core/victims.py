@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from shoal.core.model import PodGroup
 from shoal.core.ordering import elastic_state, task_order_key
 from shoal.core.resources import Resources
+from shoal.core.semipreemptible import surplus_subgroups
 from shoal.core.session import (
     ALLOCATED,
     PIPELINED,
@@ -85,7 +86,9 @@ def _newest_first(tasks: list[Task]) -> list[Task]:
 
 
 def job_chunks(job: Job, protected: bool = False) -> list[Chunk]:
-    """The job's chunks in eviction order (see the module docstring)."""
+    """The job's chunks in eviction order (see the module docstring); a semi-preemptible job offers only
+    its surplus: its pods above each leaf's minimum, then (not protected by min-runtime) each subgroup
+    outside its core as a whole; its core is never a victim."""
     running = [t for t in job.tasks if t.status == RUNNING]
     if not running:
         return []
@@ -103,6 +106,15 @@ def job_chunks(job: Job, protected: bool = False) -> list[Chunk]:
         if spare > 0:
             extras = _newest_first(running)[:spare]
     chunks = [Chunk(job, [t], core=False) for t in extras]
+    if job.semi and not protected:  # then whole subgroups outside the core; the core itself never
+        taken = {id(t) for t in extras}
+        for tasks in surplus_subgroups(job):
+            rest = _newest_first([t for t in tasks if t.status == RUNNING and id(t) not in taken])
+            if rest:
+                chunks.append(Chunk(job, rest, core=False))
+        return chunks
+    if job.semi:
+        return chunks
     if not protected:
         taken = {id(t) for t in extras}
         core = _newest_first([t for t in running if id(t) not in taken])

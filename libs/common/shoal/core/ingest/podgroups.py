@@ -30,7 +30,7 @@ from shoal.core.model import (
 NODE_POOL_LABEL = "kai.scheduler/node-pool"
 ANNOTATION_PREEMPTION_DELAY = "kai.scheduler/preemption-delay"
 ANNOTATION_STALENESS_GRACE = "kai.scheduler/staleness-grace-period"
-PREEMPTIBILITY = ("", "preemptible", "non-preemptible")
+PREEMPTIBILITY = ("", "preemptible", "non-preemptible", "semi-preemptible")
 
 
 def _count(value: object, field: str) -> int | None:
@@ -98,7 +98,7 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
     subgroups = _subgroups(spec)
     preemptibility = str(spec.get("preemptibility") or "")
     if preemptibility not in PREEMPTIBILITY:
-        raise IngestError("spec.preemptibility", "must be 'preemptible' or 'non-preemptible'")
+        raise IngestError("spec.preemptibility", "must be 'preemptible', 'non-preemptible' or 'semi-preemptible'")
     topology, required, preferred = _constraint(spec.get("topologyConstraint"), "spec.topologyConstraint")
     delay = None
     if spec.get("preemptionDelay") is not None:
@@ -121,6 +121,9 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
         reasons = as_list(cond.get("reasons"), "status.schedulingConditions[0].reasons")
         if reasons and isinstance(reasons[0], Mapping) and reasons[0].get("reason"):
             condition_reason = str(reasons[0]["reason"])
+
+    state = as_map(status.get("schedulingState"), "status.schedulingState")
+    core_pods = tuple(sorted(str(p) for p in as_list(state.get("corePods"), "status.schedulingState.corePods")))
 
     def stamp(key: str) -> str | None:
         return norm_time(annotations[key], f"metadata.annotations.{key}") if annotations.get(key) else None
@@ -156,4 +159,5 @@ def podgroup_from(obj: Mapping, now: str = "") -> PodGroup:
         bind_failures=int(failures) if failures.isdigit() else 0,  # the binder's own count: junk reads as none
         last_bind_failure=stamp(ANNOTATION_LAST_BIND_FAILURE) if failures.isdigit() else None,
         last_bind_error=annotations.get(ANNOTATION_LAST_BIND_ERROR, ""),
+        core_pods=core_pods,
     )

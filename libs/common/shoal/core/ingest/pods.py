@@ -23,6 +23,7 @@ from shoal.core.ingest.container_gpu import (
 )
 from shoal.core.ingest.quantity import QuantityError, milli_units, parse_quantity
 from shoal.core.model import (
+    LABEL_BACKGROUND,
     LABEL_GPU_GROUP,
     LABEL_TASK_PRIORITY,
     PHASE_PENDING,
@@ -252,6 +253,7 @@ def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: boo
         gated=bool(spec.get("schedulingGates")),
         gates=_gate_names(spec.get("schedulingGates")),
         managed=managed,
+        background=managed and bool(node_name) and labels.get(LABEL_BACKGROUND) == "true",
         owner_kind=owner_kind,
         owner_name=owner_name,
         compute_mode=compute_mode,
