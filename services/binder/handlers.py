@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from services.binder import fractions
 from services.binder import kubeobjects as ko
-from services.binder.fractions import FractionRefused
 from services.binder.bind_failures import BindFailures
+from services.binder.fractions import FractionRefused
 from services.binder.reservation_watch import ReservationWatch
 from services.binder.reservations import stale_reservations
 from shoal.adapters import kube as k
