@@ -96,7 +96,7 @@
     else if (!chosen.length) root.append(el("p", { class: "empty" }, "No node matches the filter."));
     root.append(frag);
     shoal.pager(document.getElementById("gpu-pager"), { offset: view.offset, limit: PAGE, total: chosen.length },
-      offset => { view.offset = offset; render(); });
+      offset => { view.offset = offset; render(); }, chosen.length === 1 ? "node" : "nodes");
     shoal.timings.gpuMapRenderMs = performance.now() - started;
     shoal.timings.gpuMapNodes = all.length;
     shoal.timings.gpuMapCells = root.querySelectorAll(".cell").length;

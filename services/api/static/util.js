@@ -73,10 +73,10 @@ shoal.fail = function (where, error) {
   shoal.setStatus(where + ": " + (error && error.message ? error.message : error), false);
 };
 
-// pager(container, {offset, limit, total}, onPage)
-shoal.pager = function (container, page, onPage) {
+// pager(container, {offset, limit, total}, onPage, noun)
+shoal.pager = function (container, page, onPage, noun) {
   container.textContent = "";
-  if (page.total <= page.limit) { if (page.total) container.append(page.total + " in all"); return; }
+  if (page.total <= page.limit) { if (page.total) container.append(page.total + " " + (noun || "in all")); return; }
   const last = Math.floor((page.total - 1) / page.limit) * page.limit;
   const from = page.total ? page.offset + 1 : 0, to = Math.min(page.total, page.offset + page.limit);
   container.append(
