@@ -319,6 +319,7 @@ async def _render_big(url: str, tmp_path: Path) -> None:
         assert "1–200 of 1000" in await page.eval(text_of("#gpu-pager"))
         summary = await page.eval(text_of("#summary"))
         assert "1000 nodes" in summary and "8000 GPUs" in summary and "7000 GPUs in use (88%)" in summary
+        await shots.take("big-gpu-map")
         # the same answer drawn again, timed: the fetch left out, every page once
         timing = await page.eval("""(async () => {
             const data = await shoal.getJSON('v1/cluster'); const t0 = performance.now();

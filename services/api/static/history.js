@@ -2,7 +2,8 @@
 "use strict";
 (function () {
   const el = shoal.el, NS = "http://www.w3.org/2000/svg";
-  const W = 1000, PAD = { l: 44, r: 12, t: 10, b: 22 };
+  const PAD = { l: 44, r: 12, t: 10, b: 22 };
+  let W = 1000;  // the chart's width in pixels when drawn, so its text is not stretched
 
   function svg(tag, attrs) {
     const node = document.createElementNS(NS, tag);
@@ -21,7 +22,7 @@
     for (let i = 0; i <= 6; i++) {
       const t = t0 + (t1 - t0) * i / 6, x = PAD.l + (W - PAD.l - PAD.r) * i / 6;
       const label = svg("text", { x: x, y: h - 6, "text-anchor": "middle" });
-      label.textContent = new Date(t * 1000).toTimeString().slice(0, 5);
+      label.textContent = new Date(t * 1000).toTimeString().slice(0, t1 - t0 < 600 ? 8 : 5);
       root.append(label);
     }
   }
@@ -30,6 +31,7 @@
     const chart = document.getElementById("history-chart"), util = document.getElementById("util-chart");
     const legend = document.getElementById("history-legend");
     chart.textContent = ""; util.textContent = ""; legend.textContent = "";
+    W = Math.max(400, chart.clientWidth - 12);
     if (samples.length < 2) {
       chart.append(el("p", { class: "empty" }, "Collecting samples… (one every few seconds; the chart needs two)"));
       return;

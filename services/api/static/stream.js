@@ -8,7 +8,7 @@
 
   function what(e) {
     const d = e.data || {}, kind = e.type.split(".").pop();
-    if (kind === "unschedulable") return (d.reason ? d.reason + ": " : "") + (d.message || "");
+    if (kind === "unschedulable") return (d.reason ? d.reason + ": " : "") + shoal.withoutReason(d.reason, d.message);
     if (kind === "evicted") return "[" + d.action + "] by " + d.by + ": " + (d.message || "");
     if (kind === "bind-failed") return "-> " + d.node + ": " + d.error;
     if (kind === "gpu-shared") return "-> " + d.node + " shared GPU " + (d.gpuGroups || []).join(",");

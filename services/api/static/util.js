@@ -53,7 +53,14 @@ shoal.ago = function (value) {
   const s = Math.max(0, (Date.now() - Date.parse(value)) / 1000);
   if (s < 90) return Math.round(s) + " s ago";
   if (s < 5400) return Math.round(s / 60) + " min ago";
-  return Math.round(s / 3600) + " h ago";
+  if (s < 172800) return Math.round(s / 3600) + " h ago";
+  return Math.round(s / 86400) + " days ago";
+};
+
+// a verdict's message without the reason it starts with ("OverLimit: …" → "…"), the reason shown apart
+shoal.withoutReason = function (reason, message) {
+  const text = String(message || "");
+  return reason && text.startsWith(reason + ": ") ? text.slice(reason.length + 2) : text;
 };
 
 // a stable colour per queue name

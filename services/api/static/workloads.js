@@ -18,8 +18,8 @@
     return el("tr", { "data-pod-group": g.podGroup, onclick: () => shoal.explain(g.podGroup), title: "click: the full explanation" },
       el("td", {}, g.podGroup), el("td", {}, g.queue || "–"), el("td", {}, waiting),
       el("td", { title: g.created }, shoal.ago(g.created)),
-      el("td", {}, el("span", { class: "reason" }, g.reason || "no reason yet"), " ",
-        el("span", { class: "message" }, g.message), el("div", { class: "qline" }, g.queueLine)));
+      el("td", {}, g.reason ? el("span", { class: "reason" }, g.reason) : null, " ",
+        el("span", { class: "message" }, shoal.withoutReason(g.reason, g.message)), el("div", { class: "qline" }, g.queueLine)));
   }
 
   function evictedRow(e) {
