@@ -21,7 +21,7 @@
     }
     for (let i = 0; i <= 6; i++) {
       const t = t0 + (t1 - t0) * i / 6, x = PAD.l + (W - PAD.l - PAD.r) * i / 6;
-      const label = svg("text", { x: x, y: h - 6, "text-anchor": "middle" });
+      const label = svg("text", { x: x, y: h - 6, "text-anchor": i === 0 ? "start" : i === 6 ? "end" : "middle" });
       label.textContent = new Date(t * 1000).toTimeString().slice(0, t1 - t0 < 600 ? 8 : 5);
       root.append(label);
     }

@@ -142,12 +142,19 @@ shoal.explanation = function (a) {
     out.push(el("table", {}, el("thead", {}, el("tr", {}, ...["", "deserved", "fair share", "allocated", "requested", "limit"].map(h => el("th", {}, h)))),
       el("tbody", {}, ...rows)));
   }
-  const trail = [];
-  for (const e of a.events || []) trail.push("event " + shoal.time(e.time) + " " + e.object + " " + e.reason + ": " + e.message);
+  const trail = [];  // [first time, what, repeats, last time]: the same line again right after is counted
+  const note = (time, what) => {
+    const last = trail[trail.length - 1];
+    if (last && last[1] === what) { last[2] += 1; last[3] = time; } else trail.push([time, what, 1, time]);
+  };
+  for (const e of a.events || []) note(shoal.time(e.time), "event " + e.object + " " + e.reason + ": " + e.message);
   for (const d of a.decisions || []) {
     const data = d.data || {};
-    trail.push("decision " + shoal.time(d.time) + " " + d.type.split(".").pop() + " " + d.subject + " " + (data.message || data.node || ""));
+    note(shoal.time(d.time), "decision " + d.type.split(".").pop() + " " + d.subject + " " + (data.message || data.node || ""));
   }
-  if (trail.length) out.push(el("h4", {}, "what happened"), el("div", { class: "trail" }, trail.join("\n")));
+  if (trail.length) {
+    const lines = trail.map(([time, what, n, lastTime]) => time + " " + what + (n > 1 ? "  (×" + n + ", the last at " + lastTime + ")" : ""));
+    out.push(el("h4", {}, "what happened"), el("div", { class: "trail" }, lines.join("\n")));
+  }
   return out;
 };
