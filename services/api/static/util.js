@@ -63,11 +63,18 @@ shoal.withoutReason = function (reason, message) {
   return reason && text.startsWith(reason + ": ") ? text.slice(reason.length + 2) : text;
 };
 
-// a stable colour per queue name
+// one colour per queue name, the same for the page's lifetime: twelve distinct ones first, then hues by hash
+const PALETTE = ["#2f6fdb", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#e53e3e",
+  "#5a67d8", "#718096", "#2c7a7b", "#9c4221"];
+const colours = new Map();
 shoal.colour = function (name) {
-  let h = 0;
-  for (const ch of String(name || "")) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
-  return "hsl(" + (h % 360) + ", 55%, 50%)";
+  const key = String(name || "");
+  if (!colours.has(key)) {
+    let h = 0;
+    for (const ch of key) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+    colours.set(key, colours.size < PALETTE.length ? PALETTE[colours.size] : "hsl(" + (h % 360) + ", 55%, 50%)");
+  }
+  return colours.get(key);
 };
 
 shoal.setStatus = function (text, live) {
