@@ -52,11 +52,24 @@ def _groups(current: Current) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _verdict(decisions: Sequence[Mapping[str, Any]], key: str) -> Mapping[str, Any] | None:
-    for event in reversed(decisions):
-        if event.get("type") == UNSCHEDULABLE and event.get("subject") == key:
-            return event
-    return None
+def _verdict(decisions: Sequence[Mapping[str, Any]], key: str) -> tuple[Mapping[str, Any] | None, str]:
+    """(the last `unschedulable` decision about the group, what happened since when that says more)."""
+    verdict, since = None, ""
+    for event in decisions:
+        kind, data = str(event.get("type", "")).rsplit(".", 1)[-1], event.get("data") or {}
+        if kind == "unschedulable" and event.get("subject") == key:
+            verdict, since = event, ""
+        elif kind in ("scheduled", "pipelined"):
+            since = (f"{event.get('subject')} {kind} onto {data.get('node')}: "
+                     + ("being bound" if kind == "scheduled" else "waiting for the resources being freed there"))
+        elif kind == "bind-failed":
+            since = f"binding {event.get('subject')} to {data.get('node')} failed: {data.get('error', '')}"
+        elif kind == "evicted":
+            since = (f"{event.get('subject')} was evicted ({data.get('action')} by {data.get('by')}); "
+                     "waiting to be scheduled again")
+        elif kind == "bound":
+            since = ""
+    return verdict, since
 
 
 def pending(shards: Mapping[str, Current], *, decisions_for: DecisionsFor,
@@ -69,11 +82,12 @@ def pending(shards: Mapping[str, Current], *, decisions_for: DecisionsFor,
         for key, group in _groups(current).items():
             if not group["pending"]:
                 continue
-            last = _verdict(decisions_for([key]), key)
+            last, since = _verdict(decisions_for([key]), key)
             data = (last or {}).get("data") or {}
             condition = group.pop("conditionReason", None)
-            reason = data.get("reason") or condition or ""
-            message = data.get("message") or ("" if reason else "not considered yet (no decision about it so far)")
+            reason = "" if since else (data.get("reason") or condition or "")
+            message = since or data.get("message") or (
+                "" if reason else "not considered yet (no decision about it so far)")
             queue = group["queue"]
             group.update(shard=shard, reason=reason, message=message, verdictTime=(last or {}).get("time"),
                          queueLine=queue_line(queue, published.get(queue), spec_of(queues.get(queue)))
@@ -89,7 +103,8 @@ def select(items: Sequence[dict[str, Any]], *, queue: str = "", namespace: str =
 
 
 def page(items: Sequence[dict[str, Any]], query: Mapping[str, str], *, default_limit: int = 50) -> dict[str, Any]:
-    """`offset`/`limit` of the query applied (bad values read as the defaults), with the facets to filter by."""
+    """`offset`/`limit` of the query applied (bad values read as the defaults), with the facets to filter by;
+    `total` counts the items the filters chose, `all` every item."""
     def number(name: str, default: int, top: int) -> int:
         try:
             return max(0, min(int(query.get(name, default)), top))
@@ -98,7 +113,7 @@ def page(items: Sequence[dict[str, Any]], query: Mapping[str, str], *, default_l
 
     offset, limit = number("offset", 0, 10**9), number("limit", default_limit, 1000) or default_limit
     chosen = select(items, queue=query.get("queue", ""), namespace=query.get("namespace", ""))
-    return {"total": len(chosen), "offset": offset, "limit": limit, "items": chosen[offset:offset + limit],
+    return {"all": len(items), "total": len(chosen), "offset": offset, "limit": limit, "items": chosen[offset:offset + limit],
             "queues": sorted({str(i.get("queue") or "") for i in items} - {""}),
             "namespaces": sorted({str(i.get("namespace") or "") for i in items} - {""})}
 

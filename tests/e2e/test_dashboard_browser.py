@@ -223,6 +223,9 @@ async def test_dashboard_shows_the_gpu_map_a_pending_gang_its_reason_and_the_evi
         evicted_text = await page.eval(text_of(evicted))
         assert "reclaim" in evicted_text and a in evicted_text and "was preempted by" in evicted_text
         await wait_running(kube, namespace, ["claim-0"], timeout_s=120)
+        claim_row = f'#pending tr[data-pod-group="{namespace}/claim"]'
+        await page.wait_for(f"!document.querySelector({json.dumps(claim_row)})", timeout_s=60,
+                            what="the claim to leave the pending list")
         await shots.take("evicted")
 
         await open_tab(page, "history")

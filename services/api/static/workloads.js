@@ -41,6 +41,7 @@
     shoal.fillSelect(document.getElementById("pending-namespace"), page.namespaces, "all namespaces");
     fill("pending", page.items, pendingRow, "Nothing is pending.");
     document.getElementById("pending-count").textContent = "(" + page.total + ")";
+    document.getElementById("sum-pending").textContent = page.all + " pending";
     shoal.pager(document.getElementById("pending-pager"), page, offset => { state.pendingOffset = offset; refreshPending(); });
     return page;
   }
@@ -49,16 +50,13 @@
     const page = await shoal.getJSON("v1/evictions?" + query(state.evictedOffset));
     fill("evicted", page.items, evictedRow, "No evictions seen since the api started.");
     document.getElementById("evicted-count").textContent = "(" + page.total + ")";
+    document.getElementById("sum-evicted").textContent = page.all + " evicted";
     shoal.pager(document.getElementById("evicted-pager"), page, offset => { state.evictedOffset = offset; refreshEvicted(); });
     return page;
   }
 
   shoal.workloads = {
-    async refresh() {
-      const [pending, evicted] = await Promise.all([refreshPending(), refreshEvicted()]);
-      document.getElementById("sum-pending").textContent = pending.total + " pending";
-      document.getElementById("sum-evicted").textContent = evicted.total + " evicted";
-    },
+    async refresh() { await Promise.all([refreshPending(), refreshEvicted()]); },
     init() {
       for (const id of ["pending-queue", "pending-namespace"]) {
         document.getElementById(id).addEventListener("change", () => {

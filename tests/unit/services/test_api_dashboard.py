@@ -117,6 +117,16 @@ def test_pending_lists_waiting_groups_newest_first_with_their_reason():
     paged = page(items, {"limit": "1", "offset": "1", "namespace": "team"})
     assert (paged["total"], paged["items"], paged["queues"]) == (2, [old], ["dept", "proj"])
     assert page(items, {"limit": "x", "offset": "-3"})["offset"] == 0  # bad values read as defaults
+    assert paged["all"] == 2 and page(items, {"queue": "dept"})["all"] == 2
+
+    index.add({"id": "2", "type": "io.shoal.decision.pipelined", "subject": "team/gang-0", "time": "t2",
+               "data": {"podGroup": "team/gang", "node": "n1"}})
+    gang = pending(shards, decisions_for=index.about, figures=figures)[0]
+    assert (gang["reason"], gang["message"]) == ("", "team/gang-0 pipelined onto n1: waiting for the resources "
+                                                     "being freed there")
+    index.add({"id": "3", "type": "io.shoal.decision.unschedulable", "subject": "team/gang", "time": "t3",
+               "data": {"podGroup": "team/gang", "reason": "OverLimit", "message": "OverLimit: q …"}})
+    assert pending(shards, decisions_for=index.about, figures=figures)[0]["reason"] == "OverLimit"  # newer verdict
 
 
 def test_evictions_are_bounded_deduplicated_and_carry_action_evictor_and_queue():
