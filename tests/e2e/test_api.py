@@ -191,6 +191,9 @@ async def test_queues_lists_the_test_queue(api_url, kube, queue, node_pool, gpu_
     assert set(body["shards"]) == {node_pool}
     status, everything = await get_json(f"{api_url}/v1/queues")
     assert status == 200 and node_pool in everything["shards"]
-    async with aiohttp.ClientSession() as http, http.get(f"{api_url}/") as resp:
-        page = await resp.text()
-    assert resp.status == 200 and "EventSource" in page and "v1/queues" in page
+    async with aiohttp.ClientSession() as http:  # the dashboard: its page and the script that follows the stream
+        async with http.get(f"{api_url}/") as resp:
+            page = await resp.text()
+        assert resp.status == 200 and 'src="static/stream.js"' in page
+        async with http.get(f"{api_url}/static/stream.js") as resp:
+            assert resp.status == 200 and "EventSource" in await resp.text()
