@@ -14,7 +14,6 @@ checked in the DOM before it is taken.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 from browser import Browser, Page
-from e2e_helpers import eventually
+from e2e_helpers import api_service, eventually
 from scenario_helpers import create, pod, podgroup, pods, wait_running
 
 from shoal.adapters.kube import PODS
@@ -34,19 +33,8 @@ GANG_WORDS = "are required for gang scheduling"
 
 
 def launch_api(shoal: Any, stack: Any, **env: str) -> Iterator[str]:
-    from shoal.devstack.procs import free_port, launch, stop_process, wait_ready
-    from shoal.devstack.scheduler import service_spec
-
-    port = free_port()
-    full = {**stack.env(), "SHOAL_TOPIC_PREFIX": shoal.topic_prefix, "SHOAL_LOG_LEVEL": "INFO",
-            "SHOAL_HEARTBEAT_S": "1", "SHOAL_HISTORY_INTERVAL_S": "2", **env}
-    spec = dataclasses.replace(service_spec("api", full, port=port), name=f"shoal-api-{uuid.uuid4().hex[:6]}")
-    pid = launch(shoal.state_dir, spec, tie_to_parent=True)
-    try:
-        wait_ready(shoal.state_dir, spec, pid)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        stop_process(shoal.state_dir, spec.name)
+    for url in api_service(shoal, stack, SHOAL_HISTORY_INTERVAL_S="2", **env):
+        yield url + "/"
 
 
 @pytest.fixture(scope="module")
