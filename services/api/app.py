@@ -7,9 +7,13 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from services.api import dashboard
 from services.api.config import ApiSettings
-from services.api.decisions import DecisionIndex, Hub, tail
+from services.api.decisions import DecisionIndex, Event, Hub, tail
 from services.api.handlers import Api
+from services.api.history import History
+from services.api.views import Views
+from services.api.workloads import Evictions
 from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import ensure_topics
@@ -30,9 +34,19 @@ def build(settings: ApiSettings) -> web.Application:
                                   recent=settings.recent),
               hub=Hub(settings.sse_queue, on_drop=dropped.inc), kafka=settings.kafka, topic=topic,
               metrics=metrics, heartbeat_s=settings.heartbeat_s)
+    views = Views(index=api.index, reservation_namespace=settings.reservation_namespace,
+                  history=History(size=settings.history_size, interval_s=settings.history_interval_s,
+                                  max_queues=settings.history_queues),
+                  evictions=Evictions(settings.evictions))
     app[API] = api
     app[TAIL_READY] = asyncio.Event()
     api.routes(app)
+    views.routes(app)
+    dashboard.routes(app)
+
+    def on_event(event: Event) -> None:
+        api.count(event)
+        views.on_decision(event)
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
         await ensure_topics(settings.kafka, [t.full(settings.topic_prefix) for t in topics.ALL],
@@ -40,6 +54,7 @@ def build(settings: ApiSettings) -> web.Application:
         redis = connect_redis(settings.redis)
         kube_api = await k.connect_kube(settings.kube)
         api.redis, api.kube = redis, k.Kube(kube_api, request_timeout_s=settings.kube.request_timeout_s)
+        views.connect(redis)
         readiness.add("redis", lambda: redis_ready(redis))
         readiness.add("decisions", app[TAIL_READY].is_set)
         try:
@@ -50,9 +65,10 @@ def build(settings: ApiSettings) -> web.Application:
 
     async def follow(app: web.Application) -> None:
         await tail(settings.kafka, topic, index=api.index, hub=api.hub, backlog=settings.backlog,
-                   on_event=api.count, ready=app[TAIL_READY])
+                   on_event=on_event, ready=app[TAIL_READY])
 
     app.cleanup_ctx.append(wiring)
     app.cleanup_ctx.append(background("decisions", follow))
+    app.cleanup_ctx.append(background("history", views.sample_forever))
     app.on_shutdown.append(api.close)  # open event streams end, so shutdown does not wait for them
     return app

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings, doc
 
 
@@ -18,3 +19,9 @@ class ApiSettings(ServiceSettings, frozen=True, kw_only=True):
     recent: Annotated[PositiveInt, doc("decisions kept for the dashboard")] = 200
     heartbeat_s: Annotated[PositiveFloat, doc("SSE keepalive comment interval")] = 15.0
     sse_queue: Annotated[PositiveInt, doc("events buffered per SSE client before its oldest are dropped")] = 1000
+    history_size: Annotated[PositiveInt, doc("samples the dashboard's over-time chart keeps (ring buffer)")] = 360
+    history_interval_s: Annotated[PositiveFloat, doc("seconds between two samples of the chart")] = 10.0
+    history_queues: Annotated[PositiveInt, doc("queues per sample; the rest added up as (other)")] = 50
+    evictions: Annotated[PositiveInt, doc("evicted decisions kept for the dashboard")] = 500
+    reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (as the binder's)")] = (
+        DEFAULT_RESERVATION_NAMESPACE)

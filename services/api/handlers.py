@@ -4,7 +4,7 @@
     GET /v1/decisions/recent[?limit=N][&subject=…][&shard=…]                   the last decisions, JSON
     GET /v1/explain/{namespace}/{name}                                         why pending / why evicted
     GET /v1/queues[?shard=pool]                                                fair-share figures per shard
-    GET /                                                                      the dashboard
+    GET /                                                                      the dashboard (dashboard.py)
 
 Each SSE event is `id: <decision id>`, `event: decision`, `data: <CloudEvents JSON>`; a comment line
 (`: connected`, then `: keepalive` every `heartbeat_s`) keeps proxies from closing an idle stream.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from redis.asyncio import Redis
 
-from services.api.dashboard import DASHBOARD
+from services.api.dashboard import index_page
 from services.api.decisions import DecisionIndex, Event, Hub, from_beginning, matches, offer, select
 from shoal.adapters import redis_keys
 from shoal.adapters.kube import Kube
@@ -71,8 +71,8 @@ class Api:
         app.router.add_get("/v1/explain/{namespace}/{name}", self.explain)
         app.router.add_get("/v1/queues", self.queues)
 
-    async def dashboard(self, request: web.Request) -> web.Response:
-        return web.Response(text=DASHBOARD, content_type="text/html")
+    async def dashboard(self, request: web.Request) -> web.FileResponse:
+        return index_page()
 
     async def recent(self, request: web.Request) -> web.Response:
         try:

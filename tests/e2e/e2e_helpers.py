@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 
@@ -41,3 +42,23 @@ async def decisions(bootstrap: str, topic: str, *, timeout_s: float = 5.0) -> li
     finally:
         await consumer.stop()
     return out
+
+
+def api_service(services: Any, stack: Any, **env: str) -> Iterator[str]:
+    """A `shoal-api` process on the session services' topics (`env` added to its environment), stopped after;
+    yields its URL, e.g. `http://127.0.0.1:8123`."""
+    import dataclasses
+
+    from shoal.devstack.procs import free_port, launch, stop_process, wait_ready
+    from shoal.devstack.scheduler import service_spec
+
+    port = free_port()
+    full = {**stack.env(), "SHOAL_TOPIC_PREFIX": services.topic_prefix, "SHOAL_LOG_LEVEL": "INFO",
+            "SHOAL_HEARTBEAT_S": "1", **env}
+    spec = dataclasses.replace(service_spec("api", full, port=port), name=f"shoal-api-{uuid.uuid4().hex[:6]}")
+    pid = launch(services.state_dir, spec, tie_to_parent=True)
+    try:
+        wait_ready(services.state_dir, spec, pid)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(services.state_dir, spec.name)

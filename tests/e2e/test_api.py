@@ -4,7 +4,6 @@ is pending with the queue's figures (effective limit included), the queues endpo
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import aiohttp
 import jsonschema
 import pytest
-from e2e_helpers import eventually
+from e2e_helpers import api_service, eventually
 
 from shoal.adapters.kube import PODGROUPS, PODS, QUEUES
 
@@ -23,19 +22,7 @@ SCHEMA = json.loads((Path(__file__).parents[1] / "contracts" / "decision.schema.
 @pytest.fixture(scope="module")
 def api_url(shoal: Any, stack: Any) -> Iterator[str]:
     """A `shoal-api` process on the same topics as the session's services."""
-    from shoal.devstack.procs import free_port, launch, stop_process, wait_ready
-    from shoal.devstack.scheduler import service_spec
-
-    port = free_port()
-    env = {**stack.env(), "SHOAL_TOPIC_PREFIX": shoal.topic_prefix, "SHOAL_LOG_LEVEL": "INFO",
-           "SHOAL_HEARTBEAT_S": "1"}
-    spec = dataclasses.replace(service_spec("api", env, port=port), name="shoal-api-e2e")
-    pid = launch(shoal.state_dir, spec, tie_to_parent=True)
-    try:
-        wait_ready(shoal.state_dir, spec, pid)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_process(shoal.state_dir, spec.name)
+    yield from api_service(shoal, stack)
 
 
 def pods(namespace: str, queue: str, pool: str, group: str, size: int, gpus: int = 1) -> list[dict]:
@@ -191,6 +178,9 @@ async def test_queues_lists_the_test_queue(api_url, kube, queue, node_pool, gpu_
     assert set(body["shards"]) == {node_pool}
     status, everything = await get_json(f"{api_url}/v1/queues")
     assert status == 200 and node_pool in everything["shards"]
-    async with aiohttp.ClientSession() as http, http.get(f"{api_url}/") as resp:
-        page = await resp.text()
-    assert resp.status == 200 and "EventSource" in page and "v1/queues" in page
+    async with aiohttp.ClientSession() as http:  # the dashboard: its page and the script that follows the stream
+        async with http.get(f"{api_url}/") as resp:
+            page = await resp.text()
+        assert resp.status == 200 and 'src="static/stream.js"' in page
+        async with http.get(f"{api_url}/static/stream.js") as resp:
+            assert resp.status == 200 and "EventSource" in await resp.text()
