@@ -12,7 +12,14 @@ from shoal.core.plan import Bind, ClearCondition, Pipeline, Plan, SetCondition
 from shoal.messages.base import new_meta
 from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
-from tests.unit.services.test_planner_publish import DELIVERY, QUEUE, InFlight, NoFairShare, Snapshots, pending_pod
+from tests.unit.services.test_planner_publish import (
+    DELIVERY,
+    QUEUE,
+    InFlight,
+    NoFairShare,
+    Snapshots,
+    pending_pod,
+)
 
 GANG = "Resources were found for 4 pods while 5 are required for gang scheduling"
 
