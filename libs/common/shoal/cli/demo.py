@@ -41,6 +41,7 @@ def _say(msg: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shoal.devstack import DevStackError, StackInfo, down, up
+    from shoal.devstack.errors import MissingTools
     from shoal.devstack.procs import free_port, stop_process
     from shoal.devstack.scheduler import SERVICES, start_services
 
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         _say(f"demo: dashboard at http://127.0.0.1:{api_port}/ "
              f"(for `shoal explain`/`shoal queues`: export SHOAL_API_URL=http://127.0.0.1:{api_port})")
         ok = asyncio.run(_workload_and_stream(info, prefix, args, names))
+    except MissingTools as exc:  # the exact install command, exit 2
+        _say(f"shoal demo: {exc}")
+        return 2
     except DevStackError as exc:
         _say(f"shoal demo: {exc}")
         ok = False
