@@ -16,6 +16,8 @@ import aiohttp
 
 from shoal.cli.explain import Unreachable, api_get
 
+CONNECTED: dict = {"connected": True}  # what `Api.stream` yields first: the subscription is live
+
 
 class Api:
     def __init__(self, kube: Any, *, url: str | None, service: str, timeout_s: float) -> None:
@@ -50,7 +52,7 @@ class Api:
         return response.status, body
 
     async def stream(self, path: str) -> AsyncIterator[dict]:
-        """The decisions of an SSE endpoint, one dict each, until the stream ends."""
+        """The decisions of an SSE endpoint, one dict each (CONNECTED first, once subscribed), until it ends."""
         if self.url is not None:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s)) \
                     as session:
@@ -80,7 +82,9 @@ async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[dict]:
     data: list[str] = []
     async for raw in response.content:
         line = raw.decode(errors="replace").rstrip("\r\n")
-        if line.startswith("data:"):
+        if line == ": connected":
+            yield CONNECTED  # subscribed: nothing after this is missed
+        elif line.startswith("data:"):
             data.append(line[5:].lstrip())
         elif not line and data:
             try:

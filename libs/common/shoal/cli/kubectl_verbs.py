@@ -18,7 +18,7 @@ from shoal.cli import kubectl_cluster as cluster
 from shoal.cli.events import describe
 from shoal.cli.explain import Unreachable, split_target
 from shoal.cli.kubectl import emit, warn
-from shoal.cli.kubectl_api import Api
+from shoal.cli.kubectl_api import CONNECTED, Api
 from shoal.explain import CORE_EVENTS, limit_note, queue_line, render, render_queues
 from shoal.settings import KubeSettings
 
@@ -145,21 +145,28 @@ def decision_line(event: dict, wide: bool) -> str:
 
 
 async def events(args: argparse.Namespace, kube: k.Kube, api: Api) -> int:
+    """The last decisions (at most --limit, of every namespace, then those in scope); with --follow the stream is
+    subscribed first, so nothing between the two is missed (duplicates are dropped by id)."""
+    stream = api.stream("/v1/decisions") if args.follow else None
     try:
+        if stream is not None:
+            await anext(stream)  # CONNECTED
         status, body = await api.get(f"/v1/decisions/recent?limit={max(1, args.limit)}")
         if status != 200 or not isinstance(body, dict) or "decisions" not in body:
             raise Unreachable(f"answered {status}")
-    except Unreachable as exc:
-        _direct(args, exc, "Shoal's events")
+    except (Unreachable, StopAsyncIteration) as exc:
+        if stream is not None:
+            await stream.aclose()
+        _direct(args, exc if isinstance(exc, Unreachable) else Unreachable("the stream ended"), "Shoal's events")
         return await _cluster_events(args, kube)
     seen = set()
     for event in body["decisions"]:
         seen.add(event.get("id"))
         if _in_scope(args, event.get("subject", "")):
             _print_one(args, event, decision_line(event, args.output == "wide"))
-    if args.follow:
-        async for event in api.stream("/v1/decisions"):
-            if event.get("id") not in seen and _in_scope(args, event.get("subject", "")):
+    if stream is not None:
+        async for event in stream:
+            if event is not CONNECTED and event.get("id") not in seen and _in_scope(args, event.get("subject", "")):
                 _print_one(args, event, decision_line(event, args.output == "wide"))
     return 0
 
