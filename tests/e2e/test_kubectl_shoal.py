@@ -146,9 +146,21 @@ async def test_kubectl_shoal_without_the_api_reads_the_cluster(env, shoal, kube,
     assert any(d["reason"] == "Unschedulable" and d["object"].startswith("Pod/gang-") for d in documents), out
     assert any(d["reason"] == "Scheduled" and d["object"] == "Pod/solo" for d in documents), out
 
+    # --follow without the api: the events are listed again, new ones printed
+    follow = subprocess.Popen([str(PLUGIN), "events", "-f", *nothing], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        await asyncio.sleep(3)
+        await create(kube, pod(namespace, "late", queue, node_pool))
+        line = await asyncio.wait_for(asyncio.to_thread(_line_with, follow, "Pod/late"), 120)
+        assert "Scheduled" in line, line
+    finally:
+        follow.terminate()
+        follow.wait(10)
+
     code, out, err = await run(env, "top", "queues", *nothing)
     assert code == 0 and "no api service" in err
-    assert any(line.split()[:3] == [queue, "-", "1"] for line in out.splitlines()), out
+    assert any(line.split()[:3] == [queue, "-", "2"] for line in out.splitlines()), out  # solo and late
     code, out, _ = await run(env, "top", "nodes", "-o", "json", *nothing)
     rows = [r for r in json.loads(out)["nodes"] if r["pool"] == node_pool]
-    assert code == 0 and len(rows) == 2 and sum(r["used"] for r in rows) == 1 and sum(r["free"] for r in rows) == 3
+    assert code == 0 and len(rows) == 2 and sum(r["used"] for r in rows) == 2 and sum(r["free"] for r in rows) == 2
