@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         _say("demo: starting Shoal's services: " + ", ".join(names_))
         env = {**info.env(), "SHOAL_TOPIC_PREFIX": prefix}
         api_port = free_port()
+        # every service is launched before any is waited for: if one fails to start, stop them all by name
+        started = {f"shoal-{name}": 0 for name in names_}
         started = start_services(state, env, names=names_, ports={"api": api_port})
         _say(f"demo: services ready; logs in {state / 'logs'}")
         _say(f"demo: dashboard at http://127.0.0.1:{api_port}/ "
