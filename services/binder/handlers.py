@@ -414,8 +414,9 @@ class Binder:
             log.info("podgroup_missing_for_condition", pod_group=op.pod_group, reason=op.reason)
             return
         existing = (current.get("status") or {}).get("schedulingConditions") or []
-        if existing and existing[0].get("message") == op.message:
-            return  # unchanged: keep its transition time
+        if existing and existing[0].get("message") == op.message and \
+                ((existing[0].get("reasons") or [{}])[0].get("reason") or op.reason) == op.reason:
+            return  # unchanged (same reason and message): not rewritten, its transition time kept
         transition = str(int(existing[0].get("transitionID", "0")) + 1) if existing else "0"
         condition = ko.scheduling_condition(op, transition, ko.utc_now())
         await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": [condition]}}, status=True)

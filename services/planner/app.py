@@ -15,6 +15,7 @@ from shoal.adapters.kafka import Consumer
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.shard_snapshots import SnapshotReader
 from shoal.adapters.usage_history import usage_source
+from shoal.adapters.verdicts import PublishedVerdicts
 from shoal.adapters.wiring import bus_and_redis
 from shoal.messages import topics
 from shoal.messages.plan import FairShareComputed
@@ -39,7 +40,9 @@ def build(settings: PlannerSettings) -> web.Application:
                 inflight_ttl_s=settings.inflight_ttl_s,
                 fairshare_stale_revisions=settings.fairshare_stale_revisions,
                 config_doc=load_config_doc(settings.scheduler_config), history=usage_source(redis, settings.usage),
-                sharing_mode_of=settings.mode_for)
+                sharing_mode_of=settings.mode_for,
+
+                verdicts=PublishedVerdicts(redis), verdict_reassert_s=settings.verdict_reassert_s)
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=SnapshotPublished, handler=planner.on_snapshot, metrics=metrics)
             app[CONSUMER] = consumer

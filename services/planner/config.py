@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from msgspec import Meta
+
 from shoal.adapters.usage_history import UsageSettings
 from shoal.settings import GpuSharingServiceSettings, doc
 
@@ -18,4 +20,7 @@ class PlannerSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     fairshare_stale_revisions: Annotated[int, doc("warn when fair-share figures lag more revisions than this")] = 5
     scheduler_config: Annotated[str | None, doc("path of a SchedulerConfig YAML document")] = None
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-planner"
+    verdict_reassert_s: Annotated[Annotated[float, Meta(ge=0)], doc(
+        "a pending PodGroup's unchanged verdict is published on the decision stream again after this many "
+        "seconds (0: only when it changes)")] = 600.0
     usage: UsageSettings = UsageSettings()  # time-based fair share source (SHOAL_USAGE_*)

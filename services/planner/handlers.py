@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 import yaml
 
 from services.planner.translate import decisions, inflight_binds, inflight_entries, inflight_evictions
+from services.planner.verdicts import verdict_changes
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.shard_snapshots import Progress, SnapshotReader
 from shoal.adapters.usage_history import UsageSource
+from shoal.adapters.verdicts import PublishedVerdicts
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest.shard_model import assemble
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
@@ -35,6 +37,7 @@ from shoal.metrics import Metrics
 from shoal.usage import epoch_seconds, with_usage
 
 log = get_logger("services.planner")
+UNSCHEDULABLE = "io.shoal.decision.unschedulable"
 
 
 @dataclass
@@ -51,6 +54,8 @@ class Planner:
     config_doc: dict | None = None
     sharing_mode_of: Callable[[str], str] = lambda shard: DEFAULT_MODE  # SHOAL_[POOL_]GPU_SHARING_MODE(S)
     history: UsageSource | None = None  # the allocation history: time-based fair share (SPEC §2.7)
+    verdicts: PublishedVerdicts | None = None  # pending verdicts published last (None: every cycle's, as before)
+    verdict_reassert_s: float = 600.0  # an unchanged verdict is published again after this long (0: never)
     progress: Progress = field(default_factory=Progress)  # the revision planned last, per shard
 
     def __post_init__(self) -> None:
@@ -89,9 +94,16 @@ class Planner:
         # the plan and its decisions go out together (the producer batches them); all are awaited before the
         # revision counts as planned and the announcement's offset is committed
         decision_topic = topics.DECISIONS.full(self.topic_prefix)
+        events, changes = decisions(plan, shard), None
+        if self.verdicts is not None:  # a pending verdict goes out when it changes, not every cycle
+            changes = verdict_changes(plan, await self.verdicts.all(shard), now_s=time.time(),
+                                      pod_groups=(f"{g.namespace}/{g.name}" for g in result.snapshot.pod_groups),
+                                      reassert_s=self.verdict_reassert_s)
+            events = [e for e in events if e.type != UNSCHEDULABLE or e.subject in changes.publish]
         await asyncio.gather(self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard),
-                             *(self.bus.publish(decision_topic, event, key=shard)
-                               for event in decisions(plan, shard)))
+                             *(self.bus.publish(decision_topic, event, key=shard) for event in events))
+        if changes is not None:  # after the publish: a crash in between repeats a verdict, never loses one
+            await self.verdicts.update(shard, changes.store, changes.drop)
         self.progress.mark(shard, latest.revision, latest.chain)
         self._plans.labels(shard).inc()
         for kind in (Bind, Pipeline, Evict, SetCondition):

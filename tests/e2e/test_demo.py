@@ -19,3 +19,8 @@ def test_demo_shows_the_gang_outcomes(stack):
     bound = [line for line in proc.stdout.splitlines() if re.search(r" bound +shoal-demo-\w+/gang-of-3-", line)]
     assert len(bound) == 3, proc.stdout
     assert "gang-of-3 bound whole" in proc.stderr
+    # each verdict once: the pending gang's reason is printed once, not on every planning cycle
+    verdicts = [line for line in proc.stdout.splitlines() if re.search(r"unschedulable +shoal-demo-\w+/gang-of-5 ",
+                                                                       line)]
+    assert len(verdicts) == 1, proc.stdout
+    assert re.search(r"demo: dashboard at http://127\.0\.0\.1:\d+/ ", proc.stderr), proc.stderr

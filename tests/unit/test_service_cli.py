@@ -19,7 +19,8 @@ from shoal.settings import default_text, type_text, variables
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = {name: target for name, target in
-           tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"].items() if name != "shoal"}
+           tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"].items()
+           if name.startswith("shoal-")}  # the services; `shoal` and `kubectl-shoal` are the commands
 
 
 def script_module(name: str) -> ModuleType:

@@ -58,8 +58,11 @@ def test_without_leave_to_install_every_missing_tool_is_named_with_its_fix(monke
     with pytest.raises(DevStackError) as failed:
         systools.require(TOOLS, lambda _: None, runner=runner)
     message = str(failed.value)
-    assert "redis-server not found on PATH: run `apt-get install" in message
-    assert "go not found on PATH: run `install Go" in message and "\n" not in message
+    assert isinstance(failed.value, systools.MissingTools)
+    reason = {"not root": "not root", "SHOAL_APT=0": "SHOAL_APT=0", "no apt-get": "no apt-get on PATH"}[why]
+    assert (f"redis-server, java not found on PATH ({reason}): run `apt-get update && apt-get install -y "
+            "--no-install-recommends default-jre-headless redis-server` as root") in message
+    assert "go not found on PATH: install Go" in message and "\n" not in message
 
 
 def test_a_failed_install_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -63,6 +63,12 @@ def inflight(shard: str) -> str:
     return _key("inflight", shard)
 
 
+def verdicts(shard: str) -> str:
+    """The pending verdicts a shard's planner published last: hash "ns/podgroup" → msgpack Verdict
+    (`shoal.adapters.verdicts`)."""
+    return _key("verdicts", shard)
+
+
 def seen(consumer: str, message_id: str) -> str:
     """Marks a message id as handled by a consumer group (de-duplication, with a TTL)."""
     return _key("seen", consumer, message_id)

@@ -41,7 +41,8 @@ def _say(msg: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shoal.devstack import DevStackError, StackInfo, down, up
-    from shoal.devstack.procs import stop_process
+    from shoal.devstack.errors import MissingTools
+    from shoal.devstack.procs import free_port, stop_process
     from shoal.devstack.scheduler import SERVICES, start_services
 
     try:
@@ -62,9 +63,17 @@ def run(args: argparse.Namespace) -> int:
         names_ = [s for s in SERVICES if not (attached and s == "admission")]
         _say("demo: starting Shoal's services: " + ", ".join(names_))
         env = {**info.env(), "SHOAL_TOPIC_PREFIX": prefix}
-        started = start_services(state, env, names=names_)
+        api_port = free_port()
+        # every service is launched before any is waited for: if one fails to start, stop them all by name
+        started = {f"shoal-{name}": 0 for name in names_}
+        started = start_services(state, env, names=names_, ports={"api": api_port})
         _say(f"demo: services ready; logs in {state / 'logs'}")
+        _say(f"demo: dashboard at http://127.0.0.1:{api_port}/ "
+             f"(for `shoal explain`/`shoal queues`: export SHOAL_API_URL=http://127.0.0.1:{api_port})")
         ok = asyncio.run(_workload_and_stream(info, prefix, args, names))
+    except MissingTools as exc:  # the exact install command, exit 2
+        _say(f"shoal demo: {exc}")
+        return 2
     except DevStackError as exc:
         _say(f"shoal demo: {exc}")
         ok = False

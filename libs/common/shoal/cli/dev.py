@@ -67,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def run(args: argparse.Namespace) -> int:
-    from shoal.devstack.errors import DevStackError
+    from shoal.devstack.errors import DevStackError, MissingTools
 
     try:
         if args.dev_command == "up":
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return _down(args.state_dir)
     except DevStackError as exc:
         print(f"shoal dev {args.dev_command}: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, MissingTools) else 1
     except OSError as exc:
         print(
             f"shoal dev {args.dev_command}: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from shoal.devstack import paths, systools
+from shoal.devstack import gotoolchain, paths, systools
 from shoal.devstack.errors import DevStackError
 
 K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
@@ -80,6 +80,8 @@ def check_runtime_tools(real_node: bool = False, say: Callable[[str], None] | No
 def run_script(script: str, say: Callable[[str], None], env: Mapping[str, str] | None = None) -> None:
     """Run sh/<script> with `env` added, its output in the cache's logs/ and shown as progress lines;
     DevStackError with the last line when it fails."""
+    if "go" in SCRIPT_TOOLS[script]:
+        gotoolchain.ensure_go(say)  # Go's own toolchain module from the Go proxy when none is on PATH
     systools.require({tool: BUILD_TOOLS.get(tool) or RUNTIME_TOOLS[tool] for tool in SCRIPT_TOOLS[script]}, say,
                      why=script)
     log = paths.cache_dir() / "logs" / f"{script.removesuffix('.sh')}.log"

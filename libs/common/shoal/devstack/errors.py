@@ -5,3 +5,7 @@ from __future__ import annotations
 
 class DevStackError(Exception):
     """A component could not be built, started or reached; str(error) says what and how to fix it."""
+
+
+class MissingTools(DevStackError):
+    """Host tools are missing and this process may not install them; the commands exit 2 with this line."""

@@ -63,10 +63,12 @@ def service_spec(name: str, env: Mapping[str, str], *, port: int | None = None) 
 
 
 def start_services(
-    state_dir: Path, env: Mapping[str, str], *, names: Iterable[str] = SERVICES, tie_to_parent: bool = False
+    state_dir: Path, env: Mapping[str, str], *, names: Iterable[str] = SERVICES, tie_to_parent: bool = False,
+    ports: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
-    """Launch every service at once, then wait for each one's readiness; returns name → pid."""
-    specs = [service_spec(name, env) for name in names]
+    """Launch every service at once (on the HTTP port `ports` names, else a free one), then wait for each one's
+    readiness; returns name → pid."""
+    specs = [service_spec(name, env, port=(ports or {}).get(name)) for name in names]
     pids = {spec.name: launch(state_dir, spec, tie_to_parent=tie_to_parent) for spec in specs}
     for spec in specs:
         wait_ready(state_dir, spec, pids[spec.name])

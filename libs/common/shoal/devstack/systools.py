@@ -5,7 +5,8 @@ README's first command works on a fresh Debian machine.
 
 A missing tool whose fix is an `apt-get install` is installed when this process may do so (root, `apt-get`
 on PATH, `SHOAL_APT` not `0`): one `apt-get update` and one `apt-get install` for all of them, announced
-first. Otherwise, or for a tool apt cannot give (Go, uv), DevStackError names each missing tool and its fix.
+first. Otherwise, or for a tool apt cannot give (Go, uv), MissingTools (a DevStackError; the commands exit 2)
+names each missing tool and the exact command that installs it, in one line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 
-from shoal.devstack.errors import DevStackError
+from shoal.devstack.errors import DevStackError, MissingTools
 
 APT_PREFIX = "apt-get install -y --no-install-recommends "
 
@@ -50,4 +51,18 @@ def require(tools: Mapping[str, str], say: Callable[[str], None], *, why: str = 
                 raise DevStackError(f"{' '.join(argv[:2])} failed (exit {done.returncode}): {last[0]}")
         absent = missing(tools)
     if absent:
-        raise DevStackError("; ".join(f"{tool} not found on PATH: run `{fix}`" for tool, fix in absent.items()))
+        raise MissingTools(refusal(absent))
+
+
+def refusal(absent: Mapping[str, str]) -> str:
+    """One line naming every missing tool and the exact command that installs it (apt ones in one command)."""
+    packages = sorted({p for fix in absent.values() for p in apt_packages(fix)})
+    parts = []
+    if packages:
+        tools = ", ".join(tool for tool, fix in absent.items() if apt_packages(fix))
+        why = ("SHOAL_APT=0" if os.environ.get("SHOAL_APT", "1") == "0" else
+               "not root" if os.geteuid() != 0 else "no apt-get on PATH")
+        parts.append(f"{tools} not found on PATH ({why}): run `apt-get update && {APT_PREFIX}{' '.join(packages)}`"
+                     " as root")
+    parts += [f"{tool} not found on PATH: {fix}" for tool, fix in absent.items() if not apt_packages(fix)]
+    return "; ".join(parts)
