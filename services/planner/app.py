@@ -41,7 +41,6 @@ def build(settings: PlannerSettings) -> web.Application:
                 fairshare_stale_revisions=settings.fairshare_stale_revisions,
                 config_doc=load_config_doc(settings.scheduler_config), history=usage_source(redis, settings.usage),
                 sharing_mode_of=settings.mode_for,
-
                 verdicts=PublishedVerdicts(redis), verdict_reassert_s=settings.verdict_reassert_s)
             consumer = Consumer(settings.kafka, [topics.SNAPSHOTS.full(prefix)], group_id=prefix + settings.group_id,
                                 message_type=SnapshotPublished, handler=planner.on_snapshot, metrics=metrics)

@@ -45,6 +45,7 @@ def _services(stack: Any) -> Iterator[Services]:
     env = {**stack.env(), "SHOAL_TOPIC_PREFIX": prefix, "SHOAL_LOG_LEVEL": "INFO",
            "SHOAL_KAFKA_SESSION_TIMEOUT_MS": "6000", "SHOAL_KAFKA_HEARTBEAT_INTERVAL_MS": "500",
            "SHOAL_RESERVATION_TIMEOUT_S": "20", "SHOAL_SHARD_PREFIX": "pool-",
+           "SHOAL_START_TIMEOUT_S": "120",  # a loaded machine may take longer than the default 30 s to answer
            "SHOAL_RESERVATION_SYNC_S": "1", "SHOAL_RESERVATION_GRACE_S": "2",
            # GPU sharing modes per node pool (KAI v0.18, test_kai18_sharing_modes); other pools: NonMemoryEnforced
            "SHOAL_POOL_GPU_SHARING_MODES": "pool-k18b-nvf=NvFractions,pool-k18b-hami=HamiCore,pool-k18b-off=Disabled",
