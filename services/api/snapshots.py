@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
 from shoal.adapters.redis_client import redis_call
-from shoal.adapters.shard_snapshots import Current, SnapshotReader
+from shoal.adapters.shard_snapshots import Current, SnapshotReader, SnapshotUnreadable
 from shoal.errors import TransientError
 from shoal.logging import get_logger
 
@@ -47,7 +47,7 @@ class ClusterView:
             for name in names:
                 try:
                     current = await self._reader.read(name)
-                except (TransientError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                except (TransientError, SnapshotUnreadable, msgspec.DecodeError, msgspec.ValidationError) as exc:
                     log.warning("snapshot_read_failed", shard=name, error=str(exc))
                     self._reader.current.pop(name, None)
                     continue

@@ -310,7 +310,7 @@ def test_dev_status_without_a_stack_is_one_clear_line(tmp_path: Path) -> None:
 def test_dev_up_without_redis_names_the_fix(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path), "SHOAL_APT": "0"}  # no redis-server, openssl or java; no apt
     done = _shoal("dev", "up", "--state-dir", str(tmp_path / "state"), env=env)
-    assert done.returncode == 1
+    assert done.returncode == 2  # a missing host tool is a usage problem: exit 2 with the fix
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "not found on PATH" in lines[0] and "apt-get install" in lines[0]
