@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 
-import msgspec
 from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
@@ -47,7 +46,7 @@ class ClusterView:
             for name in names:
                 try:
                     current = await self._reader.read(name)
-                except (TransientError, SnapshotUnreadable, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                except (TransientError, SnapshotUnreadable) as exc:  # the reader wraps every decode error
                     log.warning("snapshot_read_failed", shard=name, error=str(exc))
                     self._reader.current.pop(name, None)
                     continue
