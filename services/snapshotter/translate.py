@@ -270,19 +270,18 @@ class Shards:
         return shard in self.fixed or shard.startswith(self.shard_prefix)
 
     def _put(self, shard: str, name: str, key: str, item: object) -> None:
-        store: dict = getattr(self.model(shard), name)
-        old = store.get(key)
+        model = self.model(shard)
+        old = getattr(model, name).get(key)
         if old == item:
             return
         if name == "pods":
             self._count(shard, old, -1)
             self._count(shard, item, 1)
-        store[key] = item
+        model.put(name, key, item)
         self._pending.setdefault(shard, _Pending()).put(name, key, item)
 
     def _drop(self, shard: str, name: str, key: str) -> None:
-        store: dict = getattr(self.model(shard), name)
-        old = store.pop(key, None)
+        old = self.model(shard).drop(name, key)
         if old is not None:
             if name == "pods":
                 self._count(shard, old, -1)

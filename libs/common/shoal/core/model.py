@@ -281,12 +281,14 @@ def make_snapshot(
     now: str | int = 0,
     revision: int = 0,
     topologies=(),
+    presorted: tuple[str, ...] = (),
 ) -> Snapshot:
-    """Build a Snapshot with every collection sorted by its id (input order never matters)."""
+    """Build a Snapshot with every collection sorted by its id (input order never matters). `presorted`
+    names collections ("pods", "pod_groups") the caller passes already in that order (kept, not sorted)."""
     return Snapshot(
         nodes=tuple(sorted(nodes, key=_BY_NAME)),
-        pods=_sorted_by(pods, ("namespace", "name", "uid")),
-        pod_groups=_sorted_by(pod_groups, ("namespace", "name")),
+        pods=tuple(pods) if "pods" in presorted else _sorted_by(pods, ("namespace", "name", "uid")),
+        pod_groups=tuple(pod_groups) if "pod_groups" in presorted else _sorted_by(pod_groups, ("namespace", "name")),
         queues=tuple(sorted(queues, key=_BY_NAME)),
         priority_classes=tuple(sorted(priority_classes, key=_BY_NAME)),
         config=config if config is not None else ShardConfig(),

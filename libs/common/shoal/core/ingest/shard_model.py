@@ -12,21 +12,23 @@ for the same objects (tests/unit/core/test_shard_model.py checks it on generated
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
 
+from shoal.core.ingest.assembly import PodAssembly
 from shoal.core.ingest.common import IngestError, Problem, metadata, name_of, namespace_of
 from shoal.core.ingest.config import config_from
+from shoal.core.ingest.key_order import REBUILD_FRACTION, KeyOrder
 from shoal.core.ingest.nodes import node_from
 from shoal.core.ingest.pdbs import blocked_pod_keys
 from shoal.core.ingest.podgroups import podgroup_from
-from shoal.core.ingest.pods import gpu_groups_of, pod_from
+from shoal.core.ingest.pods import pod_from
 from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
 from shoal.core.ingest.snapshot import IngestResult, TopologyLevel, topology_from
 from shoal.core.model import (
-    LABEL_GPU_GROUP,
     Node,
     Pod,
     PodGroup,
@@ -160,9 +162,24 @@ def entry_of(obj: Mapping, *, now: str, class_names: Iterable[str] = ()) -> obje
     raise IngestError("kind", f"{kind!r} is not kept in a shard's snapshot")
 
 
+def _group_order(group: PodGroup) -> tuple[str, str]:
+    return group.namespace, group.name
+
+
+@dataclass
+class _Kept:
+    """What `assemble` keeps between cycles for one model, and the pod/PodGroup keys changed since."""
+
+    pods: PodAssembly = field(default_factory=PodAssembly)
+    groups: KeyOrder = field(default_factory=lambda: KeyOrder(_group_order))
+    touched_pods: set[str] = field(default_factory=set)
+    touched_groups: set[str] = field(default_factory=set)
+
+
 @dataclass
 class ShardModel:
-    """The typed objects of one shard, by key (mutable: `apply` a revision's Changes)."""
+    """The typed objects of one shard, by key (mutable: `apply` a revision's Changes, or `put`/`drop` one
+    object — pods and PodGroups must change only through these, as `assemble` keeps work between cycles)."""
 
     nodes: dict[str, Node] = field(default_factory=dict)
     pods: dict[str, PodEntry] = field(default_factory=dict)
@@ -171,6 +188,7 @@ class ShardModel:
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     topologies: dict[str, Topology] = field(default_factory=dict)
     pdbs: dict[str, dict] = field(default_factory=dict)
+    kept: _Kept | None = field(default=None, repr=False, compare=False)  # made by the first assemble
 
     @classmethod
     def of(cls, entries: Entries) -> ShardModel:
@@ -181,10 +199,37 @@ class ShardModel:
     def apply(self, changes: Changes) -> None:
         for name in FIELDS:
             store: dict = getattr(self, name)
+            touched = self._touched(name)
             for key in getattr(changes.removed, name):
                 store.pop(key, None)
+                if touched is not None:
+                    touched.add(key)
             for item in getattr(changes.upserts, name):
-                store[key_of(item)] = item
+                key = key_of(item)
+                store[key] = item
+                if touched is not None:
+                    touched.add(key)
+
+    def put(self, name: str, key: str, item: object) -> None:
+        """Set one object of the store `name` (one of FIELDS)."""
+        getattr(self, name)[key] = item
+        touched = self._touched(name)
+        if touched is not None:
+            touched.add(key)
+
+    def drop(self, name: str, key: str) -> object | None:
+        """Remove one object of the store `name`: the object removed, if there was one."""
+        old = getattr(self, name).pop(key, None)
+        touched = self._touched(name)
+        if old is not None and touched is not None:
+            touched.add(key)
+        return old
+
+    def _touched(self, name: str) -> set[str] | None:
+        kept = self.kept
+        if kept is None:
+            return None  # nothing assembled yet: nothing to keep up to date
+        return kept.touched_pods if name == "pods" else kept.touched_groups if name == "pod_groups" else None
 
     def entries(self) -> Entries:
         return Entries(**{name: tuple(getattr(self, name).values()) for name in FIELDS})
@@ -193,15 +238,15 @@ class ShardModel:
         return sum(len(getattr(self, name)) for name in FIELDS)
 
 
-def placed(pod: Pod, node: str, gpu_groups: tuple[str, ...]) -> Pod:
-    """A pending pod as it counts while its bind is in flight: on `node`, in `gpu_groups` (runai-gpu-group)."""
-    labels = dict(pod.labels)
-    if len(gpu_groups) == 1:
-        labels[LABEL_GPU_GROUP] = gpu_groups[0]
-    else:
-        for group in gpu_groups:
-            labels[f"{LABEL_GPU_GROUP}/{group}"] = group
-    return msgspec.structs.replace(pod, node_name=node, labels=labels, gpu_groups=gpu_groups_of(labels))
+def _with_generated(groups: list[PodGroup], generated: list[PodGroup]) -> list[PodGroup]:
+    """The model's PodGroups (sorted) with the podgrouper's generated ones (keys not in the model) in order."""
+    if not generated:
+        return groups
+    if len(generated) * REBUILD_FRACTION > len(groups):
+        return sorted([*groups, *generated], key=_group_order)
+    for group in generated:
+        insort(groups, group, key=_group_order)
+    return groups
 
 
 def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapping | None = None,
@@ -220,47 +265,34 @@ def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapp
     inflight = inflight or {}
     classes = {pc.name: pc for pc in SHIPPED_PRIORITY_CLASSES}
     classes.update(model.priority_classes)
-    groups = model.pod_groups
-    generated: dict[str, tuple[str, PodGroup]] = {}
-    pods: list[Pod] = []
-    for entry in model.pods.values():
-        pod = entry.pod
-        if entry.scheduler not in managed:
-            pod = msgspec.structs.replace(pod, managed=False, pod_group="", subgroup=None)
-        else:
-            group_key = f"{pod.namespace}/{pod.pod_group}"
-            if require_podgroup and not pod.node_name and not (entry.named and group_key in groups):
-                continue
-            if group_key not in groups:
-                if entry.named and pod.subgroup != entry.missing_subgroup:
-                    pod = msgspec.structs.replace(pod, subgroup=entry.missing_subgroup)
-                if entry.generated is not None:
-                    first = generated.get(group_key)
-                    if first is None or pod.key < first[0]:
-                        generated[group_key] = (pod.key, entry.generated)
-        if pod.node_name is None:
-            bind = inflight.get(pod.uid) or inflight.get(pod.key)
-            if bind is not None:
-                pod = placed(pod, *bind)
-        elif evicting and not pod.deleting and pod.uid in evicting:
-            pod = msgspec.structs.replace(pod, deleting=True)
-        pods.append(pod)
+    kept = model.kept
+    if kept is None:
+        kept = model.kept = _Kept()
+    kept.pods.refresh(model.pods, model.pod_groups, managed=managed, require_podgroup=require_podgroup,
+                      touched_pods=kept.touched_pods, touched_groups=kept.touched_groups)
+    for key in kept.touched_groups:
+        kept.groups.touch(key)
+    kept.touched_pods.clear()
+    kept.touched_groups.clear()
+    pods = kept.pods.overlay(kept.pods.pods(model.pods), inflight, evicting)
 
-    blocked = blocked_pod_keys(model.pdbs.values(), ((p.key, p.namespace, p.labels) for p in pods if p.node_name))
-    if blocked:
-        pods = [msgspec.structs.replace(p, eviction_blocked=True) if p.key in blocked else p for p in pods]
-    all_groups = dict(groups)
-    for key, (_, group) in generated.items():
-        all_groups[key] = group
+    if model.pdbs:
+        blocked = blocked_pod_keys(model.pdbs.values(), ((p.key, p.namespace, p.labels) for p in pods if p.node_name))
+        if blocked:
+            pods = [msgspec.structs.replace(p, eviction_blocked=True) if p.key in blocked else p for p in pods]
+    groups = model.pod_groups
+    ordered = _with_generated(list(map(groups.__getitem__, kept.groups.keys(groups))), kept.pods.generated_groups())
     nodes = model.nodes
     if settings.partition:  # one shard: its nodes, its pod groups, the pods on them or in them
         nodes = {k: n for k, n in nodes.items() if n.pool == settings.partition}
-        all_groups = {k: g for k, g in all_groups.items() if g.node_pool == settings.partition}
+        ordered = [g for g in ordered if g.node_pool == settings.partition]
+        shard_groups = {g.key for g in ordered}
         pods = [p for p in pods
-                if (p.node_name in nodes if p.node_name else f"{p.namespace}/{p.pod_group}" in all_groups)]
-    snapshot = make_snapshot(nodes=nodes.values(), pods=pods, pod_groups=all_groups.values(),
-                             queues=model.queues.values(), priority_classes=classes.values(), config=shard,
-                             now=now, revision=revision, topologies=model.topologies.values())
+                if (p.node_name in nodes if p.node_name else f"{p.namespace}/{p.pod_group}" in shard_groups)]
+    # pods and PodGroups come in snapshot order already: 140k of them need no sort each cycle
+    snapshot = make_snapshot(nodes=nodes.values(), pods=pods, pod_groups=ordered, queues=model.queues.values(),
+                             priority_classes=classes.values(), config=shard, now=now, revision=revision,
+                             topologies=model.topologies.values(), presorted=("pods", "pod_groups"))
     topologies = {t.name: tuple(TopologyLevel(node_label=label, alias=alias) for label, alias in
                                 zip(t.levels, t.aliases, strict=False)) for t in model.topologies.values()}
     return IngestResult(snapshot=snapshot, problems=tuple(sorted(problems)), settings=settings,
