@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 from redis.asyncio import Redis
 
+from services.api.access import Access, Scope, namespace_permissions
 from services.api.decisions import DecisionIndex, Event
 from services.api.gpumap import gpu_map, summary
 from services.api.history import History
@@ -42,6 +43,7 @@ class Views:
     reservation_namespace: str = DEFAULT_RESERVATION_NAMESPACE
     redis: Redis | None = None
     cluster: ClusterView | None = None
+    access: Access = field(default_factory=lambda: Access(enabled=False))
 
     def connect(self, redis: Redis) -> None:
         self.redis, self.cluster = redis, ClusterView(redis)
@@ -87,17 +89,29 @@ class Views:
 
         return await self._answer(work)
 
+    async def _scope(self, request: web.Request) -> Scope:
+        """The caller's scope; 403 when `?namespace=` names one the caller may not read."""
+        scope = await self.access.scope(request)
+        namespace = request.query.get("namespace", "")
+        if namespace and not scope.everything and scope.caller is not None:
+            await self.access.require(scope.caller, namespace_permissions(namespace))
+        return scope
+
     async def pending(self, request: web.Request) -> web.Response:
+        scope = await self._scope(request)
+
         async def work(cluster: ClusterView, redis: Redis) -> dict:
             shards = await cluster.read()
             items = pending(shards, decisions_for=self.index.about, figures=await all_queues(redis))
-            return page(items, request.query)
+            return page(await scope.keep(items, _namespace), request.query)
 
         return await self._answer(work)
 
     async def evicted(self, request: web.Request) -> web.Response:
+        scope = await self._scope(request)
+
         async def work(cluster: ClusterView, redis: Redis) -> dict:
-            return page(self.evictions.list(await cluster.read()), request.query)
+            return page(await scope.keep(self.evictions.list(await cluster.read()), _namespace), request.query)
 
         return await self._answer(work)
 
@@ -119,3 +133,7 @@ class Views:
                 except Exception:  # noqa: BLE001 - odd data costs a sample, never the service
                     log.exception("history_sample_crashed")
             await asyncio.sleep(self.history.interval_s)
+
+
+def _namespace(item: dict[str, Any]) -> str:
+    return str(item.get("namespace") or "")
