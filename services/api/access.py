@@ -111,18 +111,21 @@ class TtlCache:
     async def get(self, key: Any, work: Callable[[], Awaitable[Any]]) -> Any:
         now = time.monotonic()
         held = self._items.get(key)
-        if held is None or held[0] < now or (held[1].done() and held[1].exception() is not None):
+        if held is None or held[0] < now or _failed(held[1]):
             held = (now + self.ttl_s, asyncio.ensure_future(work()))
             self._items[key] = held
             self._items.move_to_end(key)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
         try:
-            return await asyncio.shield(held[1])
-        except BaseException:
-            if self._items.get(key) is held:
+            return await asyncio.shield(held[1])  # a caller that goes away leaves the work to the others
+        finally:
+            if _failed(held[1]) and self._items.get(key) is held:
                 del self._items[key]
-            raise
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return task.done() and (task.cancelled() or task.exception() is not None)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""HTTP routes of the api service.
+"""HTTP routes of the api service (who may call which: access.py).
 
     GET /v1/decisions[?subject=ns/name][&shard=pool][&from=latest|beginning]   Server-Sent Events
     GET /v1/decisions/recent[?limit=N][&subject=…][&shard=…]                   the last decisions, JSON
