@@ -152,7 +152,7 @@ class Scope:
         return [i for i in items if answers[namespace_of(i)]]
 
 
-CALLER = "shoal.caller"  # the request key the middleware sets (a Caller)
+CALLER = web.RequestKey("shoal_caller", Caller)  # set by the middleware on /v1/* and /metrics
 
 
 @dataclass
