@@ -2,7 +2,7 @@
 permission with a SubjectAccessReview (as kube-rbac-proxy does), both answers cached for `ttl_s` (bounded).
 
     access = Access(enabled=True, ttl_s=15, size=10_000)   # enabled=False: SHOAL_API_AUTH=none, all read all
-    access.kube = Kube(api); await access.check_reviewer()  # ConfigError when the api may not ask
+    access.kube = Kube(api); await access.check_reviewer()  # NotReached when the api may not ask
     app.middlewares.append(access.middleware)         # /v1/* and /metrics: 401 without a valid token, 403 denied
     scope = await access.scope(request)               # what this caller may read
     await scope.reads("team-a")                       # True: get pods and podgroups in team-a are allowed
@@ -32,8 +32,9 @@ from typing import Any
 
 from aiohttp import web
 
+from shoal.adapters.dependencies import NotReached
 from shoal.adapters.kube import SELF_SUBJECT_ACCESS_REVIEWS, SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, Kube
-from shoal.errors import ConfigError, ShoalError
+from shoal.errors import ShoalError
 from shoal.logging import get_logger
 
 log = get_logger("services.api")
@@ -169,7 +170,8 @@ class Access:
         self.reviews = TtlCache(ttl_s=self.ttl_s, size=self.size)
 
     async def check_reviewer(self) -> None:
-        """ConfigError unless the api's own credentials may create TokenReviews and SubjectAccessReviews."""
+        """NotReached (the one line the service prints, exit 3) unless the api's own credentials may create
+        TokenReviews and SubjectAccessReviews."""
         assert self.kube is not None
         missing = []
         for resource in (TOKEN_REVIEWS, SUBJECT_ACCESS_REVIEWS):
@@ -179,13 +181,13 @@ class Access:
             try:
                 answer = await self.kube.create(SELF_SUBJECT_ACCESS_REVIEWS, body, idempotent=True)
             except ShoalError as exc:
-                raise ConfigError([f"SHOAL_API_AUTH=kubernetes: asking the Kubernetes API failed: {exc}"]) from None
+                raise NotReached(f"SHOAL_API_AUTH=kubernetes: asking the Kubernetes API failed: {exc}") from None
             if not ((answer or {}).get("status") or {}).get("allowed"):
                 missing.append(f"{resource.plural}.{resource.group}")
         if missing:
-            raise ConfigError([f"SHOAL_API_AUTH=kubernetes: the api's Kubernetes credentials may not create "
-                               f"{' or '.join(missing)} (bind the ClusterRole system:auth-delegator; "
-                               "SHOAL_API_AUTH=none turns authorisation off)"])
+            raise NotReached(f"SHOAL_API_AUTH=kubernetes: the api's Kubernetes credentials may not create "
+                             f"{' or '.join(missing)} (bind the ClusterRole system:auth-delegator to its account; "
+                             "SHOAL_API_AUTH=none turns authorisation off)")
 
     async def authenticate(self, request: web.Request) -> Caller:
         """The caller of `request`; 401 without a token the apiserver accepts, 503 when it does not answer."""
