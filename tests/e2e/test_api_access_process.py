@@ -55,6 +55,13 @@ async def test_auth_on_without_the_right_to_review_stops_at_start(stack: Any, ku
     assert "may not create tokenreviews.authentication.k8s.io or subjectaccessreviews.authorization.k8s.io" in said[0]
     assert "system:auth-delegator" in said[0] and "Traceback" not in done.stderr + done.stdout
 
+    # credentials the apiserver does not accept at all: the start-up check of the Kubernetes API says so
+    bogus = kubeconfig_with_token(stack.kubeconfig, "not-a-token", tmp_path / "bogus.kubeconfig")
+    done = await asyncio.to_thread(run, [sys.executable, "-m", "services.api"],
+                                   {**env, "SHOAL_KUBECONFIG": str(bogus), "KUBECONFIG": str(bogus)})
+    said = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 3 and len(said) == 1 and "Kubernetes API" in said[0] and "401" in said[0], done.stderr
+
 
 async def test_the_clis_pass_the_kubeconfig_token(auth_api: str, stack: Any, kube: Any, namespace: str,
                                                   tmp_path: Path) -> None:
