@@ -219,11 +219,15 @@ class Access:
                     web.HTTPForbidden, f"{caller.username} may not {permission.text()}: bind the ClusterRole "
                     f"{permission.role} (docs/api.md, Access)", missing=permission.json())
 
-    async def scope(self, request: web.Request) -> Scope:
+    async def scope(self, request: web.Request, namespace: str = "") -> Scope:
+        """What the caller of `request` may read; 403 when `namespace` (a filter they asked for) is not in it."""
         caller = request.get(CALLER) if self.enabled else None
         if not self.enabled or caller is None:
             return Scope(self, None, everything=not self.enabled)
-        return Scope(self, caller, everything=await self.allowed(caller, CLUSTER))
+        scope = Scope(self, caller, everything=await self.allowed(caller, CLUSTER))
+        if namespace and not scope.everything:
+            await self.require(caller, namespace_permissions(namespace))
+        return scope
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from redis.asyncio import Redis
 
-from services.api.access import Access, Scope, event_namespace, namespace_of_subject, namespace_permissions
+from services.api.access import Access, Scope, event_namespace, namespace_of_subject
 from services.api.dashboard import index_page
 from services.api.decisions import DecisionIndex, Event, Hub, from_beginning, matches, offer, select
 from shoal.adapters import redis_keys
@@ -89,11 +89,7 @@ class Api:
 
     async def _scope(self, request: web.Request) -> Scope:
         """The caller's scope; 403 when `?subject=` names a namespace the caller may not read."""
-        scope = await self.access.scope(request)
-        subject = request.query.get("subject", "")
-        if subject and not scope.everything and scope.caller is not None:
-            await self.access.require(scope.caller, namespace_permissions(namespace_of_subject(subject)))
-        return scope
+        return await self.access.scope(request, namespace_of_subject(request.query.get("subject", "")))
 
     async def _readable(self, scope: Scope, event: Event) -> bool:
         """Whether the caller may see `event` on its open stream (an apiserver failure hides it: fail closed)."""

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 from redis.asyncio import Redis
 
-from services.api.access import Access, Scope, namespace_permissions
+from services.api.access import Access
 from services.api.decisions import DecisionIndex, Event
 from services.api.gpumap import gpu_map, summary
 from services.api.history import History
@@ -89,16 +89,8 @@ class Views:
 
         return await self._answer(work)
 
-    async def _scope(self, request: web.Request) -> Scope:
-        """The caller's scope; 403 when `?namespace=` names one the caller may not read."""
-        scope = await self.access.scope(request)
-        namespace = request.query.get("namespace", "")
-        if namespace and not scope.everything and scope.caller is not None:
-            await self.access.require(scope.caller, namespace_permissions(namespace))
-        return scope
-
     async def pending(self, request: web.Request) -> web.Response:
-        scope = await self._scope(request)
+        scope = await self.access.scope(request, request.query.get("namespace", ""))  # 403: not theirs
 
         async def work(cluster: ClusterView, redis: Redis) -> dict:
             shards = await cluster.read()
@@ -108,7 +100,7 @@ class Views:
         return await self._answer(work)
 
     async def evicted(self, request: web.Request) -> web.Response:
-        scope = await self._scope(request)
+        scope = await self.access.scope(request, request.query.get("namespace", ""))
 
         async def work(cluster: ClusterView, redis: Redis) -> dict:
             return page(await scope.keep(self.evictions.list(await cluster.read()), _namespace), request.query)
