@@ -191,14 +191,16 @@ async def connect_kube(settings: KubeSettings) -> client.ApiClient:
 
 async def bearer_token(api: client.ApiClient) -> str | None:
     """The bearer token `api` authenticates with (a kubeconfig's token or tokenFile, an exec plugin's, the
-    pod's service account), refreshed first where the loader can; None for client-certificate credentials."""
+    pod's service account), refreshed first where the loader can; None for client certificates, passwords."""
     cfg = api.configuration
     if cfg.refresh_api_key_hook is not None:
         refreshed = cfg.refresh_api_key_hook(cfg)
         if inspect.isawaitable(refreshed):
             await refreshed
-    value = str(cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization") or "")
-    return value.removeprefix("Bearer").strip() or None
+    scheme, _, token = str(cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer":  # a username and password come as Basic: nothing to pass on
+        return None
+    return token.strip() or None
 
 
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")
