@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from services.api import dashboard
+from services.api.access import Access
 from services.api.config import ApiSettings
 from services.api.decisions import DecisionIndex, Event, Hub, tail
 from services.api.handlers import Api
@@ -18,8 +19,11 @@ from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import ensure_topics
 from shoal.adapters.redis_client import connect_redis, redis_ready
+from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.metrics import Metrics
+
+log = get_logger("services.api")
 
 API = web.AppKey("api", Api)
 TAIL_READY = web.AppKey("tail_ready", asyncio.Event)
@@ -28,16 +32,19 @@ TAIL_READY = web.AppKey("tail_ready", asyncio.Event)
 def build(settings: ApiSettings) -> web.Application:
     metrics, readiness = Metrics(), Readiness()
     app = build_app(metrics=metrics, readiness=readiness)
+    access = Access(enabled=settings.api_auth == "kubernetes", ttl_s=settings.auth_cache_ttl_s,
+                    size=settings.auth_cache_size)
+    app.middlewares.append(access.middleware)
     topic = topics.DECISIONS.full(settings.topic_prefix)
     dropped = metrics.counter("api_sse_dropped_total", "Decisions dropped for SSE clients too slow to keep up.")
     api = Api(index=DecisionIndex(per_subject=settings.index_per_subject, subjects=settings.index_subjects,
                                   recent=settings.recent),
               hub=Hub(settings.sse_queue, on_drop=dropped.inc), kafka=settings.kafka, topic=topic,
-              metrics=metrics, heartbeat_s=settings.heartbeat_s)
+              metrics=metrics, heartbeat_s=settings.heartbeat_s, access=access)
     views = Views(index=api.index, reservation_namespace=settings.reservation_namespace,
                   history=History(size=settings.history_size, interval_s=settings.history_interval_s,
                                   max_queues=settings.history_queues),
-                  evictions=Evictions(settings.evictions))
+                  evictions=Evictions(settings.evictions), access=access)
     app[API] = api
     app[TAIL_READY] = asyncio.Event()
     api.routes(app)
@@ -54,6 +61,12 @@ def build(settings: ApiSettings) -> web.Application:
         redis = connect_redis(settings.redis)
         kube_api = await k.connect_kube(settings.kube)
         api.redis, api.kube = redis, k.Kube(kube_api, request_timeout_s=settings.kube.request_timeout_s)
+        if access.enabled:
+            access.kube = api.kube
+            await access.check_reviewer()
+        else:
+            log.warning("api_auth_off", message="SHOAL_API_AUTH=none: every caller reads every namespace "
+                        "(local development only; docs/security.md)")
         views.connect(redis)
         readiness.add("redis", lambda: redis_ready(redis))
         readiness.add("decisions", app[TAIL_READY].is_set)

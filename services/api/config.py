@@ -6,7 +6,7 @@ import).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.settings import PositiveFloat, PositiveInt, ServiceSettings, doc
@@ -25,3 +25,9 @@ class ApiSettings(ServiceSettings, frozen=True, kw_only=True):
     evictions: Annotated[PositiveInt, doc("evicted decisions kept for the dashboard")] = 500
     reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (as the binder's)")] = (
         DEFAULT_RESERVATION_NAMESPACE)
+    api_auth: Annotated[Literal["kubernetes", "none"],
+                        doc("kubernetes: callers' bearer tokens checked by TokenReview and SubjectAccessReview; "
+                            "none: anyone reads everything (local dev only)")] = "kubernetes"
+    auth_cache_ttl_s: Annotated[PositiveFloat, doc("seconds a TokenReview or SubjectAccessReview answer is reused")] = (
+        15.0)
+    auth_cache_size: Annotated[PositiveInt, doc("answers of each kind the cache keeps")] = 10_000

@@ -1,4 +1,4 @@
-"""HTTP routes of the api service.
+"""HTTP routes of the api service (who may call which: access.py).
 
     GET /v1/decisions[?subject=ns/name][&shard=pool][&from=latest|beginning]   Server-Sent Events
     GET /v1/decisions/recent[?limit=N][&subject=…][&shard=…]                   the last decisions, JSON
@@ -16,11 +16,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from redis.asyncio import Redis
 
+from services.api.access import Access, Scope, event_namespace, namespace_of_subject
 from services.api.dashboard import index_page
 from services.api.decisions import DecisionIndex, Event, Hub, from_beginning, matches, offer, select
 from shoal.adapters import redis_keys
@@ -46,6 +47,7 @@ class Api:
     heartbeat_s: float = 15.0
     kube: Kube | None = None
     redis: Redis | None = None
+    access: Access = field(default_factory=lambda: Access(enabled=False))
 
     def __post_init__(self) -> None:
         self._replays: set[asyncio.Queue[Event | None]] = set()
@@ -79,15 +81,29 @@ class Api:
             limit = max(1, min(int(request.query.get("limit", "50")), 1000))
         except ValueError:
             raise web.HTTPBadRequest(text="limit must be an integer") from None
+        scope = await self._scope(request)
         events = select(self.index.recent(), subject=request.query.get("subject", ""),
                         shard=request.query.get("shard", ""))
+        events = await scope.keep(events, event_namespace)
         return web.json_response({"decisions": events[-limit:]})
+
+    async def _scope(self, request: web.Request) -> Scope:
+        """The caller's scope; 403 when `?subject=` names a namespace the caller may not read."""
+        return await self.access.scope(request, namespace_of_subject(request.query.get("subject", "")))
+
+    async def _readable(self, scope: Scope, event: Event) -> bool:
+        """Whether the caller may see `event` on its open stream (an apiserver failure hides it: fail closed)."""
+        try:
+            return await scope.reads(event_namespace(event))
+        except web.HTTPException:
+            return False
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         start = request.query.get("from", "latest")
         if start not in ("latest", "beginning"):
             raise web.HTTPBadRequest(text="from must be latest or beginning")
         subject, shard = request.query.get("subject", ""), request.query.get("shard", "")
+        scope = await self._scope(request)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                "X-Accel-Buffering": "no"})
         async with self._source(start) as queue:
@@ -103,7 +119,7 @@ class Api:
                         continue
                     if event is None:
                         break
-                    if matches(event, subject=subject, shard=shard):
+                    if matches(event, subject=subject, shard=shard) and await self._readable(scope, event):
                         body = json.dumps(event, separators=(",", ":"))
                         await response.write(f"id: {event.get('id', '')}\nevent: decision\ndata: {body}\n\n".encode())
             except (ConnectionResetError, asyncio.CancelledError):

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 from redis.asyncio import Redis
 
+from services.api.access import Access
 from services.api.decisions import DecisionIndex, Event
 from services.api.gpumap import gpu_map, summary
 from services.api.history import History
@@ -42,6 +43,7 @@ class Views:
     reservation_namespace: str = DEFAULT_RESERVATION_NAMESPACE
     redis: Redis | None = None
     cluster: ClusterView | None = None
+    access: Access = field(default_factory=lambda: Access(enabled=False))
 
     def connect(self, redis: Redis) -> None:
         self.redis, self.cluster = redis, ClusterView(redis)
@@ -88,16 +90,20 @@ class Views:
         return await self._answer(work)
 
     async def pending(self, request: web.Request) -> web.Response:
+        scope = await self.access.scope(request, request.query.get("namespace", ""))  # 403: not theirs
+
         async def work(cluster: ClusterView, redis: Redis) -> dict:
             shards = await cluster.read()
             items = pending(shards, decisions_for=self.index.about, figures=await all_queues(redis))
-            return page(items, request.query)
+            return page(await scope.keep(items, _namespace), request.query)
 
         return await self._answer(work)
 
     async def evicted(self, request: web.Request) -> web.Response:
+        scope = await self.access.scope(request, request.query.get("namespace", ""))
+
         async def work(cluster: ClusterView, redis: Redis) -> dict:
-            return page(self.evictions.list(await cluster.read()), request.query)
+            return page(await scope.keep(self.evictions.list(await cluster.read()), _namespace), request.query)
 
         return await self._answer(work)
 
@@ -119,3 +125,7 @@ class Views:
                 except Exception:  # noqa: BLE001 - odd data costs a sample, never the service
                     log.exception("history_sample_crashed")
             await asyncio.sleep(self.history.interval_s)
+
+
+def _namespace(item: dict[str, Any]) -> str:
+    return str(item.get("namespace") or "")

@@ -77,7 +77,10 @@ MUST_ALLOW: dict[str, list[Check]] = {
     "admission": [*reads("runtimeclasses.node.k8s.io"), *reads("queues.scheduling.run.ai"), c("get", "pods"),
                   c("list", "pods"), c("create", "events")],
     "api": [*reads("podgroups.scheduling.run.ai"), *reads("pods"), *reads("events"),
-            *reads("events.events.k8s.io"), *reads("queues.scheduling.run.ai")],
+            *reads("events.events.k8s.io"), *reads("queues.scheduling.run.ai"),
+            # each caller's token and permissions (SHOAL_API_AUTH=kubernetes), through system:auth-delegator
+            c("create", "tokenreviews.authentication.k8s.io", None),
+            c("create", "subjectaccessreviews.authorization.k8s.io", None)],
 }
 
 # Things that would hurt if a service's credentials leaked. Secrets and RBAC/impersonation are denied to all.

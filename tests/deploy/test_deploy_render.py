@@ -320,3 +320,5 @@ def test_rendered_environment_loads_as_each_services_settings(rendered: dict[str
             assert settings.reservation_namespace == "kai-resource-reservation"
         if service == "admission":
             assert settings.webhook.tls_cert_file == "/etc/shoal/tls/tls.crt"
+        if service == "api":  # callers' tokens and RBAC checked in every overlay (docs/security.md)
+            assert settings.api_auth == "kubernetes"

@@ -23,6 +23,13 @@
   }
 
   shoal.open = open;
+  const tokenField = document.getElementById("token");
+  tokenField.value = shoal.token();
+  document.getElementById("token-form").addEventListener("submit", e => {
+    e.preventDefault();
+    shoal.setToken(tokenField.value.trim());
+    location.reload();  // every view and the stream again, with the new token
+  });
   Object.values(parts).forEach(p => p.init());
   shoal.stream.init();
   document.querySelectorAll("#tabs button").forEach(b => b.addEventListener("click", () => open(b.dataset.tab)));

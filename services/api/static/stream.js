@@ -1,4 +1,5 @@
 // The live decision stream: the last decisions (GET /v1/decisions/recent), then live over SSE, filterable.
+// The stream is read with fetch (EventSource cannot send the Authorization header) and reopened when it ends.
 "use strict";
 (function () {
   const el = shoal.el, MAX = 500;
@@ -49,6 +50,42 @@
     }
   }
 
+  // one SSE message (its lines): a decision is added; ": connected" means the subscription is live
+  function message(lines) {
+    if (lines.includes(": connected")) shoal.setStatus("live", true);
+    const data = lines.filter(l => l.startsWith("data:")).map(l => l.slice(5).trimStart()).join("\n");
+    if (!data) return;
+    try { add(JSON.parse(data)); } catch (e) { /* not a decision: ignore it */ }
+  }
+
+  async function follow() {
+    for (;;) {
+      try {
+        const response = await shoal.fetch("v1/decisions", { headers: { Accept: "text/event-stream" } });
+        if (!response.ok) {
+          if (response.status === 401) shoal.askToken();
+          let why = response.status + " " + response.statusText;
+          try { why = (await response.json()).error || why; } catch (e) { /* not JSON */ }
+          throw new Error(why);
+        }
+        const reader = response.body.getReader(), decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            message(buffer.slice(0, end).split("\n"));
+            buffer = buffer.slice(end + 2);
+          }
+        }
+        shoal.setStatus("decision stream: reconnecting…", false);
+      } catch (e) { shoal.fail("decision stream", e); }
+      await new Promise(r => setTimeout(r, 3000));
+    }
+  }
+
   shoal.stream = {
     async start() {
       try {
@@ -56,12 +93,7 @@
         body.decisions.forEach(e => events.push(e));
         render();
       } catch (e) { shoal.fail("decisions", e); }
-      const source = new EventSource("v1/decisions");
-      source.onopen = () => shoal.setStatus("live", true);
-      source.onerror = () => shoal.setStatus("decision stream: reconnecting…", false);
-      source.addEventListener("decision", m => {
-        try { add(JSON.parse(m.data)); } catch (e) { /* not a decision: ignore it */ }
-      });
+      follow();
     },
     init() {
       const kinds = document.getElementById("decision-kinds");

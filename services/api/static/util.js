@@ -2,8 +2,22 @@
 "use strict";
 const shoal = window.shoal = { timings: {}, state: {} };
 
+// the caller's Kubernetes bearer token (the token field in the header), kept for this tab only (sessionStorage)
+shoal.token = function () { return sessionStorage.getItem("shoal.token") || ""; };
+shoal.setToken = function (token) {
+  if (token) sessionStorage.setItem("shoal.token", token); else sessionStorage.removeItem("shoal.token");
+};
+shoal.headers = function () {
+  const token = shoal.token();
+  return token ? { Authorization: "Bearer " + token } : {};
+};
+shoal.fetch = function (path, options) {
+  return fetch(path, { cache: "no-store", ...(options || {}), headers: { ...shoal.headers(), ...((options || {}).headers || {}) } });
+};
+
 shoal.getJSON = async function (path) {
-  const response = await fetch(path, { cache: "no-store" });
+  const response = await shoal.fetch(path);
+  if (response.status === 401) shoal.askToken();
   let body = null;
   try { body = await response.json(); } catch (e) { body = null; }
   if (!response.ok) {
@@ -83,6 +97,13 @@ shoal.setStatus = function (text, live) {
   status.classList.toggle("live", !!live);
 };
 
+// a 401: the api wants a token; the field says so (its placeholder tells how to get one)
+shoal.askToken = function () {
+  const field = document.getElementById("token");
+  field.classList.add("wanted");
+  document.getElementById("token-form").title = "this dashboard needs a Kubernetes token: kubectl create token NAME";
+};
+
 shoal.fail = function (where, error) {
   shoal.setStatus(where + ": " + (error && error.message ? error.message : error), false);
 };
@@ -123,7 +144,7 @@ shoal.explain = async function (subject) {
   shoal.showDetail(shoal.el("h3", {}, subject), shoal.el("p", { class: "empty" }, "asking why…"));
   let answer;
   try {
-    const response = await fetch("v1/explain/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name));
+    const response = await shoal.fetch("v1/explain/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name));
     answer = await response.json();
     if (!answer || !answer.verdict) throw new Error(answer && answer.error ? answer.error : "HTTP " + response.status);
   } catch (e) {

@@ -21,6 +21,7 @@ Typed kubernetes_asyncio calls can use the same mapping: `await kube_call(lambda
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -86,6 +87,11 @@ QUEUES = Resource("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False
 PODGROUPS = Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup")
 BINDREQUESTS = Resource("scheduling.run.ai", "v1alpha2", "bindrequests", "BindRequest")
 TOPOLOGIES = Resource("kai.scheduler", "v1alpha1", "topologies", "Topology", namespaced=False)
+TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
+SUBJECT_ACCESS_REVIEWS = Resource("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
+                                  namespaced=False)
+SELF_SUBJECT_ACCESS_REVIEWS = Resource("authorization.k8s.io", "v1", "selfsubjectaccessreviews",
+                                       "SelfSubjectAccessReview", namespaced=False)
 
 
 def _status_message(body: bytes | str | None) -> str:
@@ -183,6 +189,20 @@ async def connect_kube(settings: KubeSettings) -> client.ApiClient:
     return api
 
 
+async def bearer_token(api: client.ApiClient) -> str | None:
+    """The bearer token `api` authenticates with (a kubeconfig's token or tokenFile, an exec plugin's, the
+    pod's service account), refreshed first where the loader can; None for client certificates, passwords."""
+    cfg = api.configuration
+    if cfg.refresh_api_key_hook is not None:
+        refreshed = cfg.refresh_api_key_hook(cfg)
+        if inspect.isawaitable(refreshed):
+            await refreshed
+    scheme, _, token = str(cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer":  # a username and password come as Basic: nothing to pass on
+        return None
+    return token.strip() or None
+
+
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy")
 
 
@@ -199,14 +219,15 @@ class Kube:
 
     async def open(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                    body: Any = None, content_type: str = "application/json",
-                   timeout: aiohttp.ClientTimeout | float | None = None) -> aiohttp.ClientResponse:
+                   timeout: aiohttp.ClientTimeout | float | None = None,
+                   headers: Mapping[str, str] | None = None) -> aiohttp.ClientResponse:
         """Send a request; returns the open streaming response (2xx only), or raises the mapped error."""
         params = [(k, str(v).lower() if isinstance(v, bool) else str(v))
                   for k, v in (query or {}).items() if v is not None]
         try:
             response = await self.api.call_api(
                 path, method, query_params=params, body=body,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
+                header_params={"Accept": "application/json", "Content-Type": content_type, **(headers or {})},
                 auth_settings=["BearerToken"], _preload_content=False,
                 _request_timeout=timeout if timeout is not None else self.request_timeout_s)
         except (TimeoutError, ApiException, aiohttp.ClientError, OSError) as exc:

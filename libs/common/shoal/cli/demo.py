@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         started = {f"shoal-{name}": 0 for name in names_}
         started = start_services(state, env, names=names_, ports={"api": api_port})
         _say(f"demo: services ready; logs in {state / 'logs'}")
-        _say(f"demo: dashboard at http://127.0.0.1:{api_port}/ "
+        _say(f"demo: dashboard at http://127.0.0.1:{api_port}/ (authorisation off: SHOAL_API_AUTH=none, local only) "
              f"(for `shoal explain`/`shoal queues`: export SHOAL_API_URL=http://127.0.0.1:{api_port})")
         ok = asyncio.run(_workload_and_stream(info, prefix, args, names))
     except MissingTools as exc:  # the exact install command, exit 2

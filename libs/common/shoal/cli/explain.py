@@ -1,6 +1,8 @@
 """`shoal explain POD|PODGROUP [-n NAMESPACE]`: why a pod or pod group is pending, or why it was evicted.
 
-Asks the api service (`--api`, default $SHOAL_API_URL or http://127.0.0.1:8080); when none answers, reads the
+Asks the api service (`--api`, default $SHOAL_API_URL or http://127.0.0.1:8080) with the caller's bearer token
+(`--token`, default $SHOAL_API_TOKEN, else the kubeconfig's: token, tokenFile or exec plugin; docs/api.md, Access);
+when none answers, reads the
 apiserver (kubeconfig from $SHOAL_KUBECONFIG / $KUBECONFIG), Redis ($SHOAL_REDIS_URL) and, when
 $SHOAL_KAFKA_BOOTSTRAP is set, the decision topic (from the beginning) directly. The first line is the verdict, e.g.
 
@@ -36,6 +38,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="the api service's URL (default $SHOAL_API_URL or %(default)s)")
     parser.add_argument("--output", "-o", choices=("text", "json"), default="text")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for an answer")
+    parser.add_argument("--token", default=os.environ.get("SHOAL_API_TOKEN") or None,
+                        help="bearer token for the api service (default $SHOAL_API_TOKEN, else the kubeconfig's)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -47,11 +51,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     parser.set_defaults(func=run)
 
 
-def api_get(base: str, path: str, timeout: float) -> tuple[int, Any]:
+def kubeconfig_token() -> str | None:
+    """The bearer token of the kubeconfig ($SHOAL_KUBECONFIG, $KUBECONFIG, ~/.kube/config): its token, tokenFile
+    or exec plugin's; None when there is none (client certificates cannot be passed on to the api service)."""
+    from shoal.adapters import kube as k
+    from shoal.settings import KubeSettings
+
+    async def read() -> str | None:
+        api = await k.connect_kube(KubeSettings(kubeconfig=os.environ.get("SHOAL_KUBECONFIG") or None))
+        try:
+            return await k.bearer_token(api)
+        finally:
+            await api.close()
+
+    try:
+        return asyncio.run(read())
+    except Exception:  # noqa: BLE001 - no usable kubeconfig: ask without a token (the api says 401 if it needs one)
+        return None
+
+
+def api_get(base: str, path: str, timeout: float, token: str | None = None) -> tuple[int, Any]:
     """GET a JSON document from the api service: (status, body). Raises Unreachable when nothing answers."""
     url = base.rstrip("/") + path
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - operator-given URL
+        request = urllib.request.Request(url, headers=headers)  # noqa: S310 - operator-given URL
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - operator-given URL
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
         try:
@@ -151,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("explain", f"cannot read {args.target!r}: give NAME with -n NAMESPACE, or NAMESPACE/NAME")
     path = f"/v1/explain/{urllib.parse.quote(namespace)}/{urllib.parse.quote(name)}"
     try:
-        status, answer = api_get(args.api, path, args.timeout)
+        status, answer = api_get(args.api, path, args.timeout, args.token or kubeconfig_token())
     except Unreachable as exc:
         print(f"shoal explain: no api service ({exc}); reading the apiserver and Redis directly", file=sys.stderr)
         try:

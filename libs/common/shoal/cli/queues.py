@@ -17,7 +17,7 @@ import sys
 import urllib.parse
 from typing import Any
 
-from shoal.cli.explain import Unreachable, add_common, api_get, fail, with_redis
+from shoal.cli.explain import Unreachable, add_common, api_get, fail, kubeconfig_token, with_redis
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     path = "/v1/queues" + (f"?shard={urllib.parse.quote(args.shard)}" if args.shard else "")
     try:
-        status, body = api_get(args.api, path, args.timeout)
+        status, body = api_get(args.api, path, args.timeout, args.token or kubeconfig_token())
     except Unreachable as exc:
         print(f"shoal queues: no api service ({exc}); reading Redis directly", file=sys.stderr)
         try:

@@ -63,6 +63,9 @@ class StackInfo:
             "KUBECONFIG": self.kubeconfig,
             "SHOAL_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "SHOAL_REDIS_URL": self.redis_url,
+            # the local stack's api lets every caller read every namespace (it logs `api_auth_off` at start);
+            # a process that wants authorisation sets SHOAL_API_AUTH=kubernetes (docs/security.md)
+            "SHOAL_API_AUTH": "none",
         }
         if self.state_dir:
             env["SHOAL_DEV_STATE_DIR"] = self.state_dir
