@@ -59,6 +59,8 @@ def parse_review(body: bytes) -> tuple[dict | None, str, str]:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         return None, "", f"malformed AdmissionReview: not JSON ({exc})"
+    except RecursionError:
+        return None, "", "malformed AdmissionReview: nested too deeply to read"
     if not isinstance(doc, dict) or not isinstance(doc.get("request"), dict):
         return None, "", "malformed AdmissionReview: no request object"
     request = doc["request"]

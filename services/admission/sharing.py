@@ -54,7 +54,8 @@ def container_problem(pod: Mapping) -> str | None:
     containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     names = tuple(str(_map(c).get("name") or "") for c in containers)
     whole = 0
-    for c in [*containers, *(spec.get("initContainers") or [])]:
+    init = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
+    for c in [*containers, *init]:
         resources = _map(_map(c).get("resources"))
         if any("nvidia.com/gpu" in _map(resources.get(s)) for s in ("requests", "limits")):
             whole = 1

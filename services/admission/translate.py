@@ -35,6 +35,7 @@ DEVICES_POSITIVE = "gpu-fraction-num-devices annotation value must be a positive
 MPS_WITHOUT_FRACTION = "mps annotation is only valid together with a gpu-fraction or gpu-memory request"
 
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|m|)$")
+_POSITIVE_INT = re.compile(r"[0-9]{1,18}")  # ASCII digits, as Go's strconv reads them; no 5,000-digit ints
 
 
 def _map(value: object) -> Mapping:
@@ -60,7 +61,7 @@ def parse_fraction(raw: object) -> float | None:
 
 def parse_positive_int(raw: object) -> int | None:
     text = str(raw).strip()
-    if not text.isdigit():
+    if not _POSITIVE_INT.fullmatch(text):  # str.isdigit() also takes "²", which int() refuses
         return None
     value = int(text)
     return value if value > 0 else None
@@ -173,7 +174,11 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value) if math.isfinite(float(value)) else None
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past a float's range: 10**400
+            return None
+        return number if math.isfinite(number) else None
     try:
         number = float(str(value))
     except (TypeError, ValueError):
