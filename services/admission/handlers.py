@@ -35,6 +35,8 @@ def random_suffix(length: int = 7) -> str:
 
 log = get_logger("services.admission")
 
+# the apiserver sends at most its request limit (3 MB) twice (object and oldObject) plus the review around them
+MAX_REVIEW_BYTES = 16 * 2**20
 RuntimeClassExists = Callable[[str], Awaitable[bool | None]]  # None: could not tell
 ListQueues = Callable[[], Awaitable[list[dict]]]
 PodWarning = Callable[[str, str, str, str], Awaitable[None]]  # (namespace, name, generateName, message)
@@ -97,9 +99,15 @@ class Admission:
     def _endpoint(self, hook: str, handle: Callable[[dict, str], Awaitable[dict]]
                   ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def endpoint(request: web.Request) -> web.Response:
-            body = await request.read()
-            review, uid, problem = parse_review(body)
             started = time.monotonic()
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                log.warning("admission_review_too_large", hook=hook, limit_bytes=request.client_max_size)
+                return web.json_response(review_response(
+                    "", allowed=False, code=413, message=f"malformed AdmissionReview: body larger than "
+                                                         f"{request.client_max_size} bytes"), status=413)
+            review, uid, problem = parse_review(body)
             if review is None:
                 answer = review_response(uid, allowed=False, message=problem, code=400)
             else:

@@ -17,6 +17,7 @@ from services.admission import podgroups, sharing
 from services.admission import translate as t
 from services.admission.handlers import parse_review
 from tests.hostile_values import EXAMPLES, EXTREME, mutate, mutated, nested
+from tests.unit.services.test_admission_handlers import client, post, review
 
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -153,3 +154,33 @@ def test_any_body_is_read_or_refused_with_a_problem(body: bytes) -> None:
     assert (request is None) == bool(problem)
     if request is not None:
         assert uid
+
+
+# ---- the endpoints (aiohttp test server): every body gets a review back -----------------------------------
+HOOKS = ("/validate-pods", "/mutate-pods", "/validate-queues", "/validate-podgroups")
+CATCH_ALL = "shoal admission could not process the object"  # the handlers' last resort: never reached
+
+
+def answered(response: dict) -> None:
+    """An AdmissionReview response: allowed, or denied with a message that says what is wrong."""
+    assert isinstance(response["uid"], str) and isinstance(response["allowed"], bool)
+    if not response["allowed"]:
+        assert response["status"]["message"] and CATCH_ALL not in response["status"]["message"]
+
+
+async def test_a_once_failing_body_is_answered_by_every_endpoint() -> None:
+    c = await client()
+    try:
+        for path in HOOKS:
+            for body in REVIEW_CORPUS:
+                answered(await post(c, path, body))
+        assert (await post(c, "/validate-pods", b"[" * 100_000))["status"]["message"] == (
+            "malformed AdmissionReview: nested too deeply to read")
+        too_large = await c.post("/validate-pods", data=b" " * (2 * 2**20))  # the test app keeps 1 MiB
+        assert too_large.status == 413
+        assert (await too_large.json())["response"]["status"]["message"] == (
+            "malformed AdmissionReview: body larger than 1048576 bytes")
+        for path in HOOKS:  # still serving
+            assert (await post(c, path, review(POD, uid="after")))["uid"] == "after"
+    finally:
+        await c.close()
