@@ -37,6 +37,7 @@ log = get_logger("services.admission")
 
 # the apiserver sends at most its request limit (3 MB) twice (object and oldObject) plus the review around them
 MAX_REVIEW_BYTES = 16 * 2**20
+MAX_MESSAGE = 2048  # a denial quoting hostile values stays readable
 RuntimeClassExists = Callable[[str], Awaitable[bool | None]]  # None: could not tell
 ListQueues = Callable[[], Awaitable[list[dict]]]
 PodWarning = Callable[[str, str, str, str], Awaitable[None]]  # (namespace, name, generateName, message)
@@ -46,6 +47,7 @@ def review_response(uid: str, *, allowed: bool, message: str = "", warnings: lis
                     patch: list[dict] | None = None, code: int = 403) -> dict:
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if not allowed:
+        message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "..."
         response["status"] = {"code": code, "message": message, "reason": "Forbidden" if code == 403 else "BadRequest"}
     if warnings:
         response["warnings"] = [w[:512] for w in warnings]
@@ -59,8 +61,12 @@ def parse_review(body: bytes) -> tuple[dict | None, str, str]:
     """(request, uid, problem): the AdmissionReview's request, or a problem to deny with."""
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         return None, "", f"malformed AdmissionReview: not JSON ({exc})"
+    except UnicodeDecodeError as exc:
+        return None, "", f"malformed AdmissionReview: not UTF-8 ({exc})"
+    except ValueError:  # Python's cap on the digits of an integer (4300)
+        return None, "", "malformed AdmissionReview: a number with more than 4300 digits"
     except RecursionError:
         return None, "", "malformed AdmissionReview: nested too deeply to read"
     if not isinstance(doc, dict) or not isinstance(doc.get("request"), dict):

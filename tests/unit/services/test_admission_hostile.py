@@ -79,6 +79,7 @@ POD_CORPUS = {
                             "spec": {"schedulerName": "shoal-scheduler", "containers": [{"name": "c"}]}},
     "container_name_a_dict": _pod_with({"gpu-fraction": "0.5", "gpu-fraction-container-name": {"a": 1}}),
     "deep_annotation": _pod_with({"gpu-fraction": nested(900)}),
+    "container_memory_5000_digits": _pod_with({"nvidia.com/container.c.gpu-memory.request": "9" * 5000}),
 }
 
 
@@ -86,6 +87,12 @@ POD_CORPUS = {
 @pytest.mark.parametrize("mode", MODES)
 def test_a_once_raising_pod_is_answered(name: str, mode: str) -> None:
     check_pod(POD_CORPUS[name], mode)
+
+
+def test_a_denial_quotes_a_huge_value_cut_short() -> None:
+    queue = {"metadata": {"name": "q"}, "spec": {"resources": {"gpu": {"quota": "x" * 100_000}}}}
+    assert t.validate_queue("CREATE", queue, None, []).denial == (
+        "resources.gpu.quota: must be a number, got " + repr("x" * 100_000)[:80] + "... (100002 characters)")
 
 
 def test_unicode_and_huge_digit_counts_are_denied_with_the_kai_message() -> None:
@@ -124,6 +131,7 @@ def test_a_hostile_queue_gets_a_verdict(queue: object, existing: list, operation
     queue = queue if isinstance(queue, dict) else {}
     verdict = t.validate_queue(operation, queue, queue, existing)
     assert verdict.denial is None or isinstance(verdict.denial, str)
+    assert len(verdict.denial or "") < 2000  # hostile values are quoted cut short
     assert all(isinstance(w, str) for w in verdict.warnings)
 
 
@@ -165,7 +173,8 @@ def answered(response: dict) -> None:
     """An AdmissionReview response: allowed, or denied with a message that says what is wrong."""
     assert isinstance(response["uid"], str) and isinstance(response["allowed"], bool)
     if not response["allowed"]:
-        assert response["status"]["message"] and CATCH_ALL not in response["status"]["message"]
+        message = response["status"]["message"]
+        assert message and CATCH_ALL not in message and len(message) <= 2048 + 3  # cut short: MAX_MESSAGE
 
 
 async def test_a_once_failing_body_is_answered_by_every_endpoint() -> None:
