@@ -1,6 +1,6 @@
 """Every Kafka consumer of the running services fed hostile records on its real topic: the planner and fairshare
 (shoal.snapshots.v1), the binder (shoal.plans.v1) and the api's decision tail (shoal.decisions.v1). Random bytes,
-truncated JSON, JSON nested 100,000 deep, valid JSON of the wrong type, a future `type` tag and a missing
+truncated JSON, JSON nested deep (which ended a consumer loop before), valid JSON of the wrong type, a future `type` tag and a missing
 field are dead-lettered to `<topic>.dlq` by each group with a `kafka_message_dead_lettered` log line (the api,
 an observer without a group, skips them with `decision_unreadable`); the services stay up, the good records
 after the bad ones are handled and each group's committed offset moves past all of them.
@@ -37,7 +37,8 @@ from shoal.settings import KafkaSettings
 def hostile(whole: bytes, doc: dict) -> list[bytes]:
     """The bad records of one message type: none of them decodes into it."""
     rng = random.Random(15)
-    return [rng.randbytes(40), rng.randbytes(300), whole[: len(whole) // 2], whole[:-1], b"[" * 100_000, b"[1, 2]",
+    return [rng.randbytes(40), rng.randbytes(300), whole[: len(whole) // 2], whole[:-1], b"[" * 100_000,
+            whole[:-1] + b', "extra": ' + b"[" * 5000 + b"]" * 5000 + b"}", b'{"meta":' * 50_000, b"[1, 2]",
             b"null", json.dumps({**doc, "type": doc["type"] + "_v9"}).encode(),
             json.dumps({k: v for k, v in doc.items() if k != "shard"}).encode()]
 

@@ -1,6 +1,6 @@
 """The shared consumer loop against a real broker, fed hostile records of a real message type
-(SnapshotPublished, what the planner and fairshare consume): random bytes, truncated JSON, JSON nested 100,000
-deep, valid JSON of the wrong type, a future `type` tag, a missing field, an empty record. Each goes to
+(SnapshotPublished, what the planner and fairshare consume): random bytes, truncated JSON, JSON nested deep
+(a field 5,000 deep, 50,000 nested objects), valid JSON of the wrong type, a future `type` tag, a missing field, an empty record. Each goes to
 `<topic>.dlq` with its reason and error (SPEC §8), the loop never ends or stalls, messages with unknown extra
 fields or a later schema field are handled, the good message after the bad ones is handled, and the group's
 committed offset reaches the end of the partition.
@@ -34,7 +34,9 @@ _random = random.Random(15)
 BAD: list[bytes | None] = [
     *(_random.randbytes(n) for n in (1, 7, 64, 500)),
     *(WHOLE[:cut] for cut in (1, len(WHOLE) // 2, len(WHOLE) - 1)),
-    b"[" * 100_000,  # raised RecursionError out of the loop before: the consumer ended
+    b"[" * 100_000,
+    WHOLE[:-1] + b', "extra": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # a field nested deep: RecursionError, which
+    b'{"meta":' * 50_000,  # ended the consumer loop before (it was not caught as a decode error)
     b"[1, 2]", b'"snapshot"', b"null", b"1e400",
     json.dumps({**DOC, "type": "snapshot_published_v2"}).encode(),  # a future version's tag
     json.dumps({k: v for k, v in DOC.items() if k != "shard"}).encode(),  # a required field missing
@@ -63,7 +65,7 @@ async def test_hostile_records_are_dead_lettered_and_the_loop_goes_on(kafka: Kaf
     topic = f"{topic_prefix}snapshots.v1"
     await ensure_topics(kafka, [topic], partitions=1)
     got: list[tuple[Any, Delivery]] = []
-    records = [*BAD[:8], GOOD[0], *BAD[8:], GOOD[1], LAST]
+    records = [*BAD[:9], GOOD[0], *BAD[9:], GOOD[1], LAST]
     async with Publisher(kafka) as bus:
         for value in records:
             await bus.publish_raw(topic, value, key="pool-a")
@@ -78,7 +80,7 @@ async def test_hostile_records_are_dead_lettered_and_the_loop_goes_on(kafka: Kaf
     assert [r.value for r in dead] == [value or b"" for value in BAD]
     assert {dict(r.headers)["shoal-dlq-reason"] for r in dead} == {b"undecodable"}
     errors = [dict(r.headers)["shoal-dlq-error"] for r in dead]
-    assert errors[BAD.index(b"[" * 100_000)].startswith(b"RecursionError: ")
+    assert errors[BAD.index(b'{"meta":' * 50_000)].startswith(b"RecursionError: ")
     assert all(e.split(b":")[0] in (b"DecodeError", b"ValidationError", b"RecursionError") for e in errors)
     offsets = await committed(kafka, group)
     assert offsets[TopicPartition(topic, 0)] == len(records)  # committed past every record
