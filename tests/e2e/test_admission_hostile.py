@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_helpers import service_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,8 +62,7 @@ class Webhook:
 
 @pytest.fixture(scope="module")
 def webhook(stack: Any) -> Iterator[Webhook]:
-    from shoal.devstack.errors import DevStackError
-    from shoal.devstack.procs import free_port, launch, stop_process, wait_ready
+    from shoal.devstack.procs import free_port
     from shoal.devstack.scheduler import install_base, service_spec
 
     asyncio.run(install_base(stack.kubeconfig))  # the Queue CRD the queue hook lists
@@ -73,17 +73,9 @@ def webhook(stack: Any) -> Iterator[Webhook]:
            "SHOAL_RUNTIME_CLASS": f"shoal-rc-{uuid.uuid4().hex[:8]}", "SHOAL_TOPIC_PREFIX": ""}
     spec = service_spec("admission", env)
     spec.env.update(SHOAL_WEBHOOK_PORT=str(port), SHOAL_WEBHOOK_REGISTER="false")  # the stack's default registers
-    pid = launch(state, spec, tie_to_parent=True)
-    try:
-        wait_ready(state, spec, pid)
-    except DevStackError as exc:
-        stop_process(state, spec.name)
-        pytest.fail(f"admission service failed to start: {exc}", pytrace=False)
-    context = ssl.create_default_context(cafile=str(state / "tls" / "ca.crt"))
-    try:
+    with service_process(state, spec) as pid:
+        context = ssl.create_default_context(cafile=str(state / "tls" / "ca.crt"))
         yield Webhook(port=port, context=context, state=state, pid=pid)
-    finally:
-        stop_process(state, spec.name)
 
 
 def check_answer(status: int, answer: dict, uid: str | None = None) -> dict:
