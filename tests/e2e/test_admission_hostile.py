@@ -120,6 +120,9 @@ BODIES = {
     "uid_surrogate": b'{"request": {"uid": "\\ud800", "object": {}}}', "huge_number": b"9" * 5000,
     "huge_valid": review({**POD, "metadata": {**POD["metadata"], "annotations": {"x": "y" * (4 * 2**20)}}}),
     "deep_object": review({"spec": nested(900)}),
+    "quota_1e400": review(QUEUE).replace(b'"quota": 4', b'"quota": 1e400'),
+    "limit_nan": review(QUEUE).replace(b'"limit": 8', b'"limit": NaN'),
+    "fraction_negative": review(POD).replace(b'"0.5"', b'"-0.5"'),
 }
 
 
