@@ -12,7 +12,7 @@ from aiohttp import web
 from services.admission import registration
 from services.admission.certs import TlsFiles, self_signed
 from services.admission.config import AdmissionSettings, WebhookSettings
-from services.admission.handlers import Admission, PodEvents, RuntimeClassLookup
+from services.admission.handlers import MAX_REVIEW_BYTES, Admission, PodEvents, RuntimeClassLookup
 from shoal.adapters import kube as k
 from shoal.adapters.http import Readiness, build_app
 from shoal.logging import get_logger
@@ -48,7 +48,7 @@ def build(settings: AdmissionSettings) -> web.Application:
                               gpu_sharing_mode=settings.gpu_sharing_mode, pool_modes=settings.pool_modes(),
                               runtime_class=settings.injected_runtime_class, scheduler_names=settings.scheduler_names,
                               pod_warning=PodEvents(kube) if settings.pod_events else None)
-        webhooks = web.Application()
+        webhooks = web.Application(client_max_size=MAX_REVIEW_BYTES)
         admission.routes(webhooks)
         runner = web.AppRunner(webhooks, handle_signals=False, access_log=None)
         await runner.setup()

@@ -35,6 +35,9 @@ def random_suffix(length: int = 7) -> str:
 
 log = get_logger("services.admission")
 
+# the apiserver sends at most its request limit (3 MB) twice (object and oldObject) plus the review around them
+MAX_REVIEW_BYTES = 16 * 2**20
+MAX_MESSAGE = 2048  # a denial quoting hostile values stays readable
 RuntimeClassExists = Callable[[str], Awaitable[bool | None]]  # None: could not tell
 ListQueues = Callable[[], Awaitable[list[dict]]]
 PodWarning = Callable[[str, str, str, str], Awaitable[None]]  # (namespace, name, generateName, message)
@@ -44,6 +47,7 @@ def review_response(uid: str, *, allowed: bool, message: str = "", warnings: lis
                     patch: list[dict] | None = None, code: int = 403) -> dict:
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if not allowed:
+        message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "..."
         response["status"] = {"code": code, "message": message, "reason": "Forbidden" if code == 403 else "BadRequest"}
     if warnings:
         response["warnings"] = [w[:512] for w in warnings]
@@ -57,8 +61,14 @@ def parse_review(body: bytes) -> tuple[dict | None, str, str]:
     """(request, uid, problem): the AdmissionReview's request, or a problem to deny with."""
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         return None, "", f"malformed AdmissionReview: not JSON ({exc})"
+    except UnicodeDecodeError as exc:
+        return None, "", f"malformed AdmissionReview: not UTF-8 ({exc})"
+    except ValueError:  # Python's cap on the digits of an integer (4300)
+        return None, "", "malformed AdmissionReview: a number with more than 4300 digits"
+    except RecursionError:
+        return None, "", "malformed AdmissionReview: nested too deeply to read"
     if not isinstance(doc, dict) or not isinstance(doc.get("request"), dict):
         return None, "", "malformed AdmissionReview: no request object"
     request = doc["request"]
@@ -95,9 +105,15 @@ class Admission:
     def _endpoint(self, hook: str, handle: Callable[[dict, str], Awaitable[dict]]
                   ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def endpoint(request: web.Request) -> web.Response:
-            body = await request.read()
-            review, uid, problem = parse_review(body)
             started = time.monotonic()
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                log.warning("admission_review_too_large", hook=hook, limit_bytes=request.client_max_size)
+                return web.json_response(review_response(
+                    "", allowed=False, code=413, message=f"malformed AdmissionReview: body larger than "
+                                                         f"{request.client_max_size} bytes"), status=413)
+            review, uid, problem = parse_review(body)
             if review is None:
                 answer = review_response(uid, allowed=False, message=problem, code=400)
             else:

@@ -21,6 +21,7 @@ from shoal.core.sharing_mode import DISABLED, HAMI_CORE, NV_FRACTIONS, mode_for_
 
 POOL_LABEL = "kai.scheduler/node-pool"
 HAMI_LIMIT_KEY = "CUDA_DEVICE_MEMORY_LIMIT"
+MAX_QUANTITY_CHARS = 64
 
 
 def _map(value: object) -> Mapping:
@@ -50,11 +51,16 @@ def container_problem(pod: Mapping) -> str | None:
     annotations = _annotations(pod)
     if not container_gpu.has_container_annotations(annotations):
         return None
+    for key in sorted(annotations):  # the quantity parser raises past 4300 digits: no quantity is that long
+        if key.startswith(container_gpu.PREFIX) and key.endswith((container_gpu.REQUEST, container_gpu.LIMIT)) and (
+                len(annotations[key]) > MAX_QUANTITY_CHARS):
+            return f"{key} annotation value must be a valid Kubernetes memory quantity greater than 0"
     spec = _map(pod.get("spec"))
     containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     names = tuple(str(_map(c).get("name") or "") for c in containers)
     whole = 0
-    for c in [*containers, *(spec.get("initContainers") or [])]:
+    init = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
+    for c in [*containers, *init]:
         resources = _map(_map(c).get("resources"))
         if any("nvidia.com/gpu" in _map(resources.get(s)) for s in ("requests", "limits")):
             whole = 1

@@ -35,10 +35,17 @@ DEVICES_POSITIVE = "gpu-fraction-num-devices annotation value must be a positive
 MPS_WITHOUT_FRACTION = "mps annotation is only valid together with a gpu-fraction or gpu-memory request"
 
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|m|)$")
+_POSITIVE_INT = re.compile(r"[0-9]{1,18}")  # ASCII digits, as Go's strconv reads them; no 5,000-digit ints
 
 
 def _map(value: object) -> Mapping:
     return value if isinstance(value, Mapping) else {}
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """`value` as a denial quotes it: its repr, cut to `limit` characters (a hostile value may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _list(value: object) -> list:
@@ -60,7 +67,7 @@ def parse_fraction(raw: object) -> float | None:
 
 def parse_positive_int(raw: object) -> int | None:
     text = str(raw).strip()
-    if not text.isdigit():
+    if not _POSITIVE_INT.fullmatch(text):  # str.isdigit() also takes "²", which int() refuses
         return None
     value = int(text)
     return value if value > 0 else None
@@ -129,7 +136,7 @@ def validate_pod(pod: Mapping, *, gpu_sharing: bool = True, display_name: str = 
         return FRACTION_AND_WHOLE
     wanted = annotations.get(CONTAINER_NAME)
     if wanted is not None and wanted not in {str(c.get("name")) for c in _containers(pod)}:
-        return f"gpu-fraction-container-name annotation names container {wanted!r}, which the pod does not have"
+        return f"gpu-fraction-container-name annotation names container {shown(wanted)}, which the pod does not have"
     return sharing.container_problem(pod)
 
 
@@ -173,7 +180,11 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value) if math.isfinite(float(value)) else None
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past a float's range: 10**400
+            return None
+        return number if math.isfinite(number) else None
     try:
         number = float(str(value))
     except (TypeError, ValueError):
@@ -216,7 +227,7 @@ def _resource_problems(resource: str, section: object) -> tuple[list[str], list[
             continue
         number = _number(section[key])
         if number is None:
-            errors.append(f"{where}.{key}: must be a number, got {section[key]!r}")
+            errors.append(f"{where}.{key}: must be a number, got {shown(section[key])}")
         elif key == "overQuotaWeight" and number < 0:
             errors.append(f"{where}.overQuotaWeight: must be >= 0, got {fmt(number)}")
         elif number < 0 and number != UNLIMITED:
@@ -260,13 +271,13 @@ def validate_queue(operation: str, queue: Mapping, old: Mapping | None, queues: 
         warnings += more_warnings
     parent = _parent(queue)
     if parent and parent == name:
-        errors.append(f"parentQueue: a queue cannot be its own parent ({name!r})")
+        errors.append(f"parentQueue: a queue cannot be its own parent ({shown(name)})")
     elif parent and parent not in existing and operation == "CREATE":
-        errors.append(f"parentQueue: parent queue {parent!r} does not exist; create it first")
+        errors.append(f"parentQueue: parent queue {shown(parent)} does not exist; create it first")
     elif parent:
         cycle = _cycle(name, parent, existing)
         if cycle:
-            errors.append(f"parentQueue: {parent!r} would make a cycle: {' -> '.join(cycle)}")
+            errors.append(f"parentQueue: {shown(parent)} would make a cycle: {' -> '.join(cycle)}")
     if errors:
         return Verdict(denial="; ".join(errors), warnings=warnings)
     existing[name] = queue

@@ -136,12 +136,21 @@ class Hub:
             self._queues.discard(queue)
 
 
-def _decode(value: bytes | None) -> Event | None:
+_TEXT_FIELDS = ("id", "type", "time", "subject", "shard", "source")  # filed, matched and keyed by
+
+
+def decode(value: bytes | None) -> Event | None:
+    """A decision event, or None for a value that is not one (not JSON, nested too deeply, not an object, a
+    field the index keys by that is not a string, `data` that is not an object)."""
     try:
         event = json.loads(value or b"")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return event if isinstance(event, dict) else None
+    if not isinstance(event, dict) or not isinstance(event.get("data"), dict | None):
+        return None
+    if any(not isinstance(event.get(key), str | None) for key in _TEXT_FIELDS):
+        return None
+    return event if isinstance((event.get("data") or {}).get("podGroup"), str | None) else None
 
 
 async def _assigned(settings: KafkaSettings, topic: str, *, wait_s: float = 60.0,
@@ -171,9 +180,12 @@ async def _records(consumer: AIOKafkaConsumer) -> AsyncIterator[Event]:
         batch = await consumer.getmany(timeout_ms=500, max_records=500)
         for records in batch.values():
             for record in records:
-                event = _decode(record.value)
-                if event is not None:
-                    yield event
+                event = decode(record.value)
+                if event is None:
+                    log.warning("decision_unreadable", topic=record.topic, partition=record.partition,
+                                offset=record.offset, value=(record.value or b"")[:200].decode(errors="replace"))
+                    continue
+                yield event
 
 
 async def tail(settings: KafkaSettings, topic: str, *, index: DecisionIndex, hub: Hub, backlog: int,

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], *, timeout_s: float = 60.0, interval_s: float = 0.3,
@@ -62,3 +66,22 @@ def api_service(services: Any, stack: Any, **env: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(services.state_dir, spec.name)
+
+
+@contextlib.contextmanager
+def service_process(state: Path, spec: Any) -> Iterator[int]:
+    """Launch `spec` (a ProcessSpec, tied to the test process), wait until it is ready and stop it afterwards;
+    yields its pid. A service that does not start fails the test with the reason."""
+    from shoal.devstack.errors import DevStackError
+    from shoal.devstack.procs import launch, stop_process, wait_ready
+
+    pid = launch(state, spec, tie_to_parent=True)
+    try:
+        wait_ready(state, spec, pid)
+    except DevStackError as exc:
+        stop_process(state, spec.name)
+        pytest.fail(f"{spec.name} failed to start: {exc}", pytrace=False)
+    try:
+        yield pid
+    finally:
+        stop_process(state, spec.name)

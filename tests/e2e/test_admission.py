@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from e2e_helpers import eventually
+from e2e_helpers import eventually, service_process
 
 from shoal.adapters.kube import JOBS, NAMESPACES, PODS, QUEUES, RUNTIME_CLASSES, Kube, Resource
 from shoal.errors import NotFoundError, PermanentError
@@ -43,8 +43,6 @@ class Admission:
 
 @pytest.fixture(scope="module")
 def admission(stack: Any) -> Iterator[Admission]:
-    from shoal.devstack.errors import DevStackError
-    from shoal.devstack.procs import launch, stop_process, wait_ready
     from shoal.devstack.scheduler import install_base, service_spec
 
     asyncio.run(install_base(stack.kubeconfig))  # the Queue CRD
@@ -57,16 +55,8 @@ def admission(stack: Any) -> Iterator[Admission]:
            "SHOAL_WEBHOOK_QUEUE_SELECTOR": f"{TEST_LABEL}={run_id}",
            "SHOAL_RUNTIME_CLASS": svc.runtime_class, "SHOAL_TOPIC_PREFIX": ""}
     spec = service_spec("admission", env)
-    pid = launch(state, spec, tie_to_parent=True)
-    try:
-        wait_ready(state, spec, pid)
-    except DevStackError as exc:
-        stop_process(state, spec.name)
-        pytest.fail(f"admission service failed to start: {exc}", pytrace=False)
-    try:
+    with service_process(state, spec):
         yield svc
-    finally:
-        stop_process(state, spec.name)
 
 
 @pytest.fixture

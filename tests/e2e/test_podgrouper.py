@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_helpers import eventually
+from e2e_helpers import eventually, service_process
 
 from shoal.adapters.kube import JOBS, PODGROUPS, PODS, Kube, Resource
 
@@ -62,24 +62,14 @@ async def install_crds(kubeconfig: str) -> None:
 @pytest.fixture(scope="module")
 def podgrouper(stack: Any) -> Iterator[Path]:
     """The podgrouper service (own process) with Shoal's base CRDs and the third-party test CRDs installed."""
-    from shoal.devstack.errors import DevStackError
-    from shoal.devstack.procs import launch, stop_process, wait_ready
     from shoal.devstack.scheduler import install_base, service_spec
 
     asyncio.run(install_base(stack.kubeconfig))
     asyncio.run(install_crds(stack.kubeconfig))
     state = Path(tempfile.mkdtemp(prefix="shoal-podgrouper-"))
     spec = service_spec("podgrouper", {**stack.env(), "SHOAL_RETRY_MAX_S": "5"})
-    pid = launch(state, spec, tie_to_parent=True)
-    try:
-        wait_ready(state, spec, pid)
-    except DevStackError as exc:
-        stop_process(state, spec.name)
-        pytest.fail(f"podgrouper failed to start: {exc}", pytrace=False)
-    try:
+    with service_process(state, spec):
         yield state
-    finally:
-        stop_process(state, spec.name)
 
 
 def template(labels: dict | None = None, annotations: dict | None = None, gpus: int = 0) -> dict:

@@ -53,3 +53,9 @@ def test_level_filters(lines) -> None:
     log = get_logger("shoal.test")
     log.info("not_shown")
     assert not logging.getLogger().isEnabledFor(logging.INFO)
+
+
+def test_a_lone_surrogate_from_hostile_input_is_still_one_json_line(lines) -> None:
+    get_logger("services.admission").info("admission_review", uid="\ud800", message="x")  # a review's uid
+    [doc] = lines()
+    assert doc["uid"] == "\ud800" and doc["event"] == "admission_review"

@@ -15,6 +15,7 @@ that is not a snake_case event (third-party libraries) is logged as event `log_l
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -57,7 +58,10 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             doc["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
             doc["exc"] = self.formatException(record.exc_info)
-        return _encoder.encode(doc).decode()
+        try:
+            return _encoder.encode(doc).decode()
+        except UnicodeEncodeError:  # a lone surrogate from hostile input (a review's uid, a message's key)
+            return json.dumps(doc, default=str)
 
 
 def configure_logging(service: str, level: str = "INFO", stream: IO[str] | None = None) -> None:

@@ -12,7 +12,6 @@ import contextlib
 import copy
 import io
 import json
-import os
 import re
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shoal.cli.main import main
+from tests.hostile_values import EXAMPLES, mutate
 
 PROBLEM_LINE = re.compile(r"^\S+:\d+: \S.*: \S.*$")
 
@@ -134,52 +134,15 @@ def test_a_problem_names_what_it_got(tmp_path: Path) -> None:
 
 
 # ---- the search ------------------------------------------------------------------------------------------
-HOSTILE = st.one_of(
-    st.none(), st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12),
-    st.sampled_from(["1e400", "-1", "abc", "1.5", "0.5", "1e30", "9223372036854775808", "", "💥ünï", "1Ei", "100m",
-                     "-0.5", "2026-13-45T99:00:00Z", "1e-400", "0x10", " ", "dept", "q", "ns/p", "-1s", "NaN"]),
-    st.lists(st.integers(min_value=-3, max_value=3), max_size=3),
-    st.dictionaries(st.text(max_size=5), st.integers(min_value=-3, max_value=3), max_size=3),
-)
-
-
-def _paths(value: object, prefix: tuple = ()) -> list[tuple]:
-    out = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            out.extend(_paths(child, (*prefix, key)))
-    elif isinstance(value, list):
-        for i, child in enumerate(value):
-            out.extend(_paths(child, (*prefix, i)))
-    return out
-
-
 @st.composite
 def hostile_cluster(draw: st.DrawFn) -> list[object]:
     docs = copy.deepcopy(BASE)
     for _ in range(draw(st.integers(min_value=1, max_value=4))):
         index = draw(st.integers(min_value=0, max_value=len(docs) - 1))
-        paths = _paths(docs[index])
-        if not paths:
-            docs[index] = draw(HOSTILE)
-            continue
-        path = draw(st.sampled_from(paths))
-        parent = docs[index]
-        for key in path[:-1]:
-            parent = parent[key]
-        if draw(st.booleans()) and isinstance(parent, dict):
-            parent.pop(path[-1], None)
-        else:
-            parent[path[-1]] = draw(HOSTILE)
+        docs[index] = mutate(draw, docs[index], at_most=1)
     if draw(st.booleans()):
         docs.append(copy.deepcopy(docs[draw(st.integers(min_value=0, max_value=len(docs) - 1))]))
     return docs
-
-
-EXAMPLES = int(os.environ.get("SHOAL_FUZZ_EXAMPLES", "120"))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

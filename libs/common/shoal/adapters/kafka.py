@@ -71,6 +71,9 @@ log = get_logger(__name__)
 _encoder = msgspec.json.Encoder()
 
 Outcome = Literal["transient", "permanent", "fatal"]
+# what decoding a message can raise: bytes that are not JSON (or are truncated), JSON of the wrong shape, a
+# `type` tag from another version, a missing field, and JSON nested deeper than the decoder recurses
+UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 HANDLER_RETRY = RetryPolicy(attempts=3, initial_s=0.2, max_backoff_s=2.0)
 # The idempotent producer's sequence numbers no longer match the broker's (e.g. a batch expired while the
@@ -403,6 +406,10 @@ class Consumer(Generic[T]):
     def ready(self) -> bool:
         return self._consumer is not None and not self._stopping.is_set()
 
+    def decode(self, value: bytes | None) -> T:
+        """The message in a record's value; raises one of UNDECODABLE when it holds none."""
+        return self._decoder.decode(value or b"")
+
     async def run(self) -> None:
         """Consume until `stop()`; raises only for a fatal handler error (InvariantBroken by default)."""
         if self._consumer is None:
@@ -496,8 +503,8 @@ class Consumer(Generic[T]):
         delivery = Delivery(record.topic, record.partition, record.offset, record.key,
                             tuple(record.headers or ()), record.timestamp)
         try:
-            message = self._decoder.decode(record.value or b"")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            message = self.decode(record.value)
+        except UNDECODABLE as exc:
             return await self._dead_letter(record, exc, "undecodable")
 
         async def attempt() -> asyncio.Future | None:
@@ -538,7 +545,7 @@ class Consumer(Generic[T]):
         assert self._dlq is not None
         headers = list(record.headers or ()) + [
             ("shoal-dlq-reason", reason.encode()),
-            ("shoal-dlq-error", f"{type(error).__name__}: {error}"[:2000].encode()),
+            ("shoal-dlq-error", f"{type(error).__name__}: {error}"[:2000].encode(errors="replace")),
             ("shoal-dlq-source", f"{record.topic}/{record.partition}/{record.offset}".encode()),
             ("shoal-dlq-group", self.group_id.encode()),
         ]
