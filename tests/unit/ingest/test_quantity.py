@@ -25,3 +25,9 @@ def test_units_round_up():
     assert milli("0.0001") == 1
     assert whole("1.5") == 2
     assert whole("2Gi") == 2147483648
+
+
+@pytest.mark.parametrize("digits", ["9" * 5000, "0." + "0" * 4999 + "1", "1" * 101 + "Mi"])
+def test_a_number_of_thousands_of_digits_is_a_quantity_error_not_a_crash(digits):
+    with pytest.raises(QuantityError, match="more than 100 digits"):
+        parse_quantity(digits)

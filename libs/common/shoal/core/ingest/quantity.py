@@ -29,6 +29,8 @@ _PATTERN = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-
 
 MAX_QUANTITY = 2**63 - 1  # Kubernetes keeps a quantity's value as a 64-bit integer
 MAX_EXPONENT = 30  # "1e30": any larger exponent is out of that range (or below a nano-unit) anyway
+MAX_DIGITS = 100  # a number written with more digits is out of range or finer than a nano-unit, and Python
+# refuses to read integers of over 4,300 digits (ValueError, not a QuantityError)
 
 
 class QuantityError(ValueError):
@@ -62,6 +64,8 @@ def parse_quantity(value: object) -> Fraction:
     match = _PATTERN.match(text)
     if not match:
         raise QuantityError(f"invalid quantity {value!r}")
+    if len(match.group(1)) > MAX_DIGITS:
+        raise QuantityOutOfRange(f"invalid quantity {value[:40]!r}…: more than {MAX_DIGITS} digits")
     number = Fraction(match.group(1))
     exponent, suffix = match.group(2), match.group(3) or ""
     if exponent:
