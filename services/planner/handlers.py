@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from services.planner.translate import decisions, inflight_binds, inflight_entries, inflight_evictions
-from services.planner.verdicts import verdict_changes
+from services.planner.verdicts import SnapshotGroups, verdict_changes
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
@@ -97,7 +97,7 @@ class Planner:
         events, changes = decisions(plan, shard), None
         if self.verdicts is not None:  # a pending verdict goes out when it changes, not every cycle
             changes = verdict_changes(plan, await self.verdicts.all(shard), now_s=time.time(),
-                                      pod_groups=(f"{g.namespace}/{g.name}" for g in result.snapshot.pod_groups),
+                                      pod_groups=SnapshotGroups(result.snapshot.pod_groups),
                                       reassert_s=self.verdict_reassert_s)
             events = [e for e in events if e.type != UNSCHEDULABLE or e.subject in changes.publish]
         await asyncio.gather(self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard),

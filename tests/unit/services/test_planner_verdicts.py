@@ -137,3 +137,14 @@ async def test_without_a_store_every_cycle_publishes_its_verdicts() -> None:
     for revision in (1, 2):
         await cycle(p, revision)
     assert bus.unschedulable == ["ns/pg1", "ns/pg1"]
+
+
+def test_snapshot_groups_finds_exactly_the_snapshots_pod_groups():
+    from services.planner.verdicts import SnapshotGroups
+    from shoal.core.model import PodGroup, make_snapshot
+
+    groups = [PodGroup(namespace=ns, name=name, uid=f"{ns}-{name}", queue="q")
+              for ns, name in (("a", "x"), ("a", "x-1"), ("a-b", "x"), ("b", "a/b"), ("b", "y"))]
+    present = SnapshotGroups(make_snapshot(pod_groups=reversed(groups)).pod_groups)
+    assert all(g.key in present for g in groups)
+    assert not any(k in present for k in ("a/y", "a-b/y", "b/a", "c/x", "", "a", "ax", None))
