@@ -196,3 +196,20 @@ def test_a_job_takes_what_an_earlier_preemption_freed_without_a_victim_of_its_ow
     r = schedule(snap)
     assert [(e.pod, e.by) for e in r.plan.of(Evict)] == [(f"{NS}/big-0", f"{NS}/p1")]
     assert r.pipelined() == {"p1-0": "n1", "p2-0": "n1"}
+
+
+def test_a_queue_over_its_limit_never_keeps_a_victim_off_the_preemptors_node_once_the_gang_core_stays():
+    """Found by the needed-victims property: pruning took the gang's core out of the scenario, and the
+    above-minimum pod kept only as its gang-mate (on the other node) stayed a victim nothing needed."""
+    from shoal.core.audit import unneeded_evictions
+
+    gang = job("big", queue="p", pods=5, gpus=2, cpu=500, min_member=3, running_on=["n0"] * 4 + ["n1"])
+    fillers = [job(f"cpu{i}", queue="p", cpu=500, running_on=["n0"]) for i in range(4)]
+    snap = cluster(
+        nodes=[node("n0", gpus=8, pods=8, cpu=16_000), node("n1", gpus=4, pods=8, cpu=16_000)],
+        queues=[queue("d", gpu=(0, 7)), queue("p", parent="d")],
+        jobs=[gang, *fillers, job("urgent", queue="p", gpus=1, cpu=500, priority_class="build-preemptible",
+                                  created=9)],
+    )
+    plan = schedule(snap).plan
+    assert unneeded_evictions(snap, plan) == []

@@ -246,4 +246,12 @@ def _prune(search: Search, taken: list[Chunk]) -> list[Chunk] | None:
     search.restart(keep)
     if not search.scenario(keep, only):  # pragma: no cover - the last accepted set replays
         return None
+    if _pods(needed(keep, search.used_nodes())) != _pods(keep):
+        # pruning took out a gang's core, so a pod of that gang kept for it (off the job's nodes) is no
+        # longer one its gang must lose: a victim nothing on those nodes needs (SPEC §4), so no scenario
+        return None
     return keep
+
+
+def _pods(chunks: list[Chunk]) -> set[int]:
+    return {id(t) for c in chunks for t in c.tasks}
