@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import aiohttp
 import msgspec
@@ -200,15 +201,33 @@ class Kube:
     async def open(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                    body: Any = None, content_type: str = "application/json",
                    timeout: aiohttp.ClientTimeout | float | None = None) -> aiohttp.ClientResponse:
-        """Send a request; returns the open streaming response (2xx only), or raises the mapped error."""
+        """Send a request; returns the open streaming response (2xx only), or raises the mapped error.
+
+        Sent on the ApiClient's own aiohttp session (its TLS, proxy and auth settings) without its generic
+        request builder, which walks every body to sanitise it and encodes it with the json module: the
+        bodies here are plain JSON already, and msgspec encodes them in a fraction of the time."""
         params = [(k, str(v).lower() if isinstance(v, bool) else str(v))
                   for k, v in (query or {}).items() if v is not None]
+        api = self.api
+        rest = api.rest_client
+        headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        limit = timeout if timeout is not None else self.request_timeout_s
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
         try:
-            response = await self.api.call_api(
-                path, method, query_params=params, body=body,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=timeout if timeout is not None else self.request_timeout_s)
+            await api.update_params_for_auth(headers, params, ["BearerToken"])  # a refreshed token, if any
+            url = api.configuration.host + path + ("?" + urlencode(params) if params else "")
+            response = await rest.pool_manager.request(
+                method, url, headers=headers, data=msgspec.json.encode(body) if body is not None else None,
+                timeout=limit if isinstance(limit, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=limit),
+                **extra)
         except (TimeoutError, ApiException, aiohttp.ClientError, OSError) as exc:
             raise kube_error(exc, f"{method} {path}") from exc
         if not 200 <= response.status < 300:
