@@ -98,6 +98,7 @@ class NodeAgentApp:
         self.ticks = self.metrics.counter("nodeagent_ticks_total", "Node agent ticks.", ["outcome"])
         self.procfs = ProcFs(settings.proc_root)
         self.inventories: dict[str, GpuInventory] = dict(inventories or {})
+        self.fake_inputs: dict[str, tuple] = {}  # fake node → the labels and allocatable its GPUs were made from
         self.agents: dict[str, NodeAgent] = {}
         self.last_published: dict[str, float] = {}
         self.telemetry_sends: dict[str, asyncio.Task[None]] = {}  # node → its one outstanding send
@@ -144,10 +145,12 @@ class NodeAgentApp:
 
                 inv = NvmlInventory(procfs=self.procfs)
             self.inventories[node.name] = inv
-        elif isinstance(inv, FakeInventory):
-            gpus = gpus_for_node(node.name, node.labels, node.allocatable)
+        elif isinstance(inv, FakeInventory) and self.fake_inputs.get(node.name) != (node.labels, node.allocatable):
+            gpus = gpus_for_node(node.name, node.labels, node.allocatable)  # the node changed: its GPUs may have
             if gpus != inv.gpus:
                 inv.set_gpus(gpus)
+        if isinstance(inv, FakeInventory):
+            self.fake_inputs[node.name] = (node.labels, node.allocatable)
         return inv
 
     def observed_devices(self, pods: list[PodView]) -> dict[str, tuple[str, ...]]:
@@ -176,6 +179,7 @@ class NodeAgentApp:
             self.agents.pop(gone)
             self.collector.forget(gone)
             inv = self.inventories.pop(gone, None)
+            self.fake_inputs.pop(gone, None)
             if inv is not None:
                 inv.close()
         self.ready = True
