@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,6 +76,28 @@ def _now_text() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True)
+class QuietTick:
+    """A fake node's tick that acted on nothing: no shared GPU to police, no process, no write or event. Its
+    outcome depends only on the node, its pods and the GPU sample (time matters only to shares and processes),
+    so while the same NodeView, the same PodView objects (new ones are made for every changed pod) and an
+    equal sample come back, the tick is not computed again: a backlog's 133 fake nodes tick every second."""
+
+    node: NodeView
+    pods: tuple[PodView, ...]
+    sample: Any
+    result: TickResult
+
+    @staticmethod
+    def applies(result: TickResult, sample: Any) -> bool:
+        return not (result.annotate or result.events or result.kills or result.configmaps or result.pods
+                    or sample.processes or sample.partial)
+
+    def same(self, node: NodeView, pods: list[PodView], sample: Any) -> bool:
+        return node is self.node and len(pods) == len(self.pods) and \
+            all(a is b for a, b in zip(pods, self.pods, strict=True)) and sample == self.sample
+
+
 class NodeAgentApp:
     """The agent process: one `NodeAgent` and one inventory per node served."""
 
@@ -98,6 +121,7 @@ class NodeAgentApp:
         self.ticks = self.metrics.counter("nodeagent_ticks_total", "Node agent ticks.", ["outcome"])
         self.procfs = ProcFs(settings.proc_root)
         self.inventories: dict[str, GpuInventory] = dict(inventories or {})
+        self.quiet: dict[str, QuietTick] = {}  # fake node → its last tick, while repeating it would change nothing
         self.fake_inputs: dict[str, tuple] = {}  # fake node → the labels and allocatable its GPUs were made from
         self.agents: dict[str, NodeAgent] = {}
         self.last_published: dict[str, float] = {}
@@ -180,6 +204,7 @@ class NodeAgentApp:
             self.collector.forget(gone)
             inv = self.inventories.pop(gone, None)
             self.fake_inputs.pop(gone, None)
+            self.quiet.pop(gone, None)
             if inv is not None:
                 inv.close()
         self.ready = True
@@ -214,6 +239,11 @@ class NodeAgentApp:
                     refs[proc.pid] = ref
             observed = self.observed_devices(pods)
         pool = node.labels.get(self.settings.node_pool_label, "")
+        telemetry_due = self.publisher is not None and \
+            now - self.last_published.get(node.name, -1e18) >= self.settings.telemetry_period_s
+        quiet = self.quiet.get(node.name)
+        if quiet is not None and not telemetry_due and quiet.same(node, pods, sample):
+            return quiet.result  # nothing the tick reads changed, and it had nothing to do: the same outcome
         result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool),
                             sharing_mode=self.settings.mode_for(pool), refs=refs, observed=observed)
         await self.act(node, inv, agent, result, pods)
@@ -224,10 +254,12 @@ class NodeAgentApp:
             partial=sample.partial, gpus=result.gpus, pods=result.pods,
         )
         self.collector.update(usage)
-        if self.publisher is not None and now - self.last_published.get(node.name, -1e18) >= \
-                self.settings.telemetry_period_s:
+        if telemetry_due:
             self.last_published[node.name] = now
             self.send_telemetry(node.name, usage)
+        self.quiet.pop(node.name, None)
+        if isinstance(inv, FakeInventory) and QuietTick.applies(result, sample):
+            self.quiet[node.name] = QuietTick(node, tuple(pods), sample, result)
         return result
 
     def send_telemetry(self, node: str, usage: GpuUsage) -> None:
