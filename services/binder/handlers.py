@@ -354,9 +354,12 @@ class Binder:
         """Delete the reservation pods of shared GPUs no pod uses any more; returns how many."""
         reservations, _ = await self.kube.list(k.PODS, namespace=self.reservation_namespace,
                                                label_selector=f"app={ko.RESERVATION_APP}")
+        now = datetime.now(UTC)
+        if not stale_reservations(reservations, (), set(), now, self.reservation_grace_s, check_groups=False):
+            return 0  # none old enough to release: the cluster-wide list of shared pods is not needed
         shared, _ = await self.kube.list(k.PODS, label_selector=f"{ko.SHARED_LABEL}=true")
         stale = stale_reservations(reservations, shared, await self.inflight.groups_in_flight(),
-                                   datetime.now(UTC), self.reservation_grace_s)
+                                   now, self.reservation_grace_s)
         for pod in stale:
             await self._delete_quietly(f"{self.reservation_namespace}/{pod['metadata']['name']}")
             log.info("reservation_pod_released", pod=pod["metadata"]["name"],
