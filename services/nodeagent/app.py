@@ -41,8 +41,8 @@ from services.nodeagent.telemetry import GpuUsage, TelemetryCollector
 from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import Publisher, ensure_topics
-from shoal.adapters.kube import Kube, connect_kube
-from shoal.errors import ShoalError
+from shoal.adapters.kube import CONFIGMAPS, CORE_EVENTS, PODS, Kube, connect_kube
+from shoal.errors import NotFoundError, ShoalError
 from shoal.logging import get_logger
 from shoal.messages.base import new_meta
 from shoal.messages.topics import GPU_USAGE
@@ -51,7 +51,6 @@ from shoal.metrics import Metrics
 log = get_logger(__name__)
 COMPONENT = "shoal-nodeagent"
 AGENT: web.AppKey[NodeAgentApp] = web.AppKey("nodeagent")
-MERGE = "application/merge-patch+json"
 SIMULATED_MEMORY = "shoal.io/simulated-gpu-memory-mib"  # fake backend: a process using this much per GPU
 SIMULATED_UTIL = "run.ai/simulated-gpu-utilization"  # fake-gpu-operator's "lo-hi" percent; the midpoint is used
 
@@ -113,7 +112,8 @@ class NodeAgentApp:
     ) -> None:
         self.settings = settings
         self.cache = cache  # None: list nodes and pods each tick (tests drive ticks this way)
-        self.core = client.CoreV1Api(api)
+        self.core = client.CoreV1Api(api)  # reads when no cache serves them
+        self.kube = Kube(api, request_timeout_s=settings.kube.request_timeout_s)  # writes
         self.publisher = publisher
         self.metrics = metrics or Metrics()
         self.collector = TelemetryCollector()
@@ -217,7 +217,7 @@ class NodeAgentApp:
             try:
                 await self.tick_node(node, now)
                 self.ticks.labels(outcome="ok").inc()
-            except (TimeoutError, ApiException, OSError) as exc:
+            except (TimeoutError, ApiException, OSError, ShoalError) as exc:
                 self.ticks.labels(outcome="error").inc()
                 log.warning("node_tick_failed", node=node.name, error=str(exc))
 
@@ -296,11 +296,10 @@ class NodeAgentApp:
             agent.configmap_written(cm)
 
     async def annotate(self, node: str, a: Annotate) -> None:
-        resp = await self.core.patch_namespaced_pod(
-            a.name, a.namespace, {"metadata": {"annotations": {a.key: a.value}}}, _content_type=MERGE,
-            _preload_content=False)
+        patched = await self.kube.patch(PODS, a.name, {"metadata": {"annotations": {a.key: a.value}}},
+                                        namespace=a.namespace)
         if self.cache is not None:
-            self.cache.put_pod(await resp.json())  # write-through: the next tick sees it
+            self.cache.put_pod(patched)  # write-through: the next tick sees it
         log.info("gpu_assigned", node=node, pod=f"{a.namespace}/{a.name}", annotation=a.key, gpu=a.value)
 
     async def kill(self, node: str, inv: GpuInventory, kill: Kill, pod: PodView | None) -> None:
@@ -333,20 +332,18 @@ class NodeAgentApp:
             "reportingComponent": COMPONENT, "reportingInstance": node,
         }
         try:
-            await self.core.create_namespaced_event(event.namespace, body)
-        except ApiException as exc:
+            await self.kube.create(CORE_EVENTS, body, namespace=event.namespace)
+        except ShoalError as exc:
             log.warning("event_failed", pod=f"{event.namespace}/{event.name}", reason=event.reason,
-                        status=exc.status)
+                        status=exc.status, error=str(exc))
 
     async def write_configmap(self, cm: WriteConfigMap) -> None:
         try:
-            await self.core.patch_namespaced_config_map(cm.name, cm.namespace, {"data": cm.data}, _content_type=MERGE)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            await self.kube.patch(CONFIGMAPS, cm.name, {"data": cm.data}, namespace=cm.namespace)
+        except NotFoundError:
             body = {"metadata": {"name": cm.name, "namespace": cm.namespace, "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Pod", "name": cm.owner_pod, "uid": cm.owner_uid}]}, "data": cm.data}
-            await self.core.create_namespaced_config_map(cm.namespace, body)
+            await self.kube.create(CONFIGMAPS, body, namespace=cm.namespace)
 
     # ----- loop and HTTP -------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -360,7 +357,7 @@ class NodeAgentApp:
                 started = loop.time()
                 try:
                     await self.tick(started)
-                except (TimeoutError, ApiException, OSError) as exc:
+                except (TimeoutError, ApiException, OSError, ShoalError) as exc:
                     self.ticks.labels(outcome="error").inc()
                     log.warning("tick_failed", error=str(exc))
                 left = self.settings.sample_period_s - (loop.time() - started)
@@ -380,7 +377,7 @@ class NodeAgentApp:
             await self.cache.wake.wait()
             try:
                 await self.serve_waiting(loop.time())
-            except (TimeoutError, ApiException, OSError) as exc:
+            except (TimeoutError, ApiException, OSError, ShoalError) as exc:
                 log.warning("serve_waiting_failed", error=str(exc))
 
     async def serve_waiting(self, now: float) -> None:

@@ -79,6 +79,7 @@ NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
+CORE_EVENTS = Resource("", "v1", "events", "Event")  # core/v1 events, as KAI's components write them
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 RUNTIME_CLASSES = Resource("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", namespaced=False)
