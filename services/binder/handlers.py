@@ -351,9 +351,15 @@ class Binder:
                 await asyncio.sleep(0.2)
 
     async def sync_reservations(self) -> int:
-        """Delete the reservation pods of shared GPUs no pod uses any more; returns how many."""
-        reservations, _ = await self.kube.list(k.PODS, namespace=self.reservation_namespace,
-                                               label_selector=f"app={ko.RESERVATION_APP}")
+        """Delete the reservation pods of shared GPUs no pod uses any more; returns how many. The reservation pods
+        come from the reservation watch once it is synced (listed otherwise)."""
+        watch = self.reservations
+        if watch is not None and watch.synced:  # the reservation namespace's watch has them all already
+            reservations = [pod for pod in watch.pods.values()
+                            if ((pod.get("metadata") or {}).get("labels") or {}).get("app") == ko.RESERVATION_APP]
+        else:
+            reservations, _ = await self.kube.list(k.PODS, namespace=self.reservation_namespace,
+                                                   label_selector=f"app={ko.RESERVATION_APP}")
         now = datetime.now(UTC)
         if not stale_reservations(reservations, (), set(), now, self.reservation_grace_s, check_groups=False):
             return 0  # none old enough to release: the cluster-wide list of shared pods is not needed
