@@ -171,7 +171,7 @@ class Binder:
 
         async def write(name: str, body: dict) -> None:
             async with gate:
-                await self._quietly(self.kube.patch(k.QUEUES, name, {"status": body}, subresource="status"))
+                await self._quietly(self.kube.patch(k.QUEUES, name, {"status": body}, subresource="status", answer=False))
             self._queue_status[name] = body
 
         changed = {}
@@ -242,7 +242,7 @@ class Binder:
                 if not await self._still_leased(plan, op):
                     return  # the lease ran out meanwhile: a newer plan may have used these GPUs
             await self.kube.create(k.PODS, ko.binding(op.pod, op.node), namespace=namespace, name=name,
-                                   subresource="binding")
+                                   subresource="binding", answer=False)
         except ConflictError:
             current = await self._get(k.PODS, op.pod)
             if current is not None and (current.get("spec") or {}).get("nodeName") == op.node:
@@ -312,7 +312,7 @@ class Binder:
             writes = [self._apply_configmap(capabilities), self._ensure_configmap(evar)]
         await asyncio.gather(*writes, self.kube.patch(k.PODS, name, {"metadata": {
             "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
-            "annotations": annotations}}, namespace=namespace))
+            "annotations": annotations}}, namespace=namespace, answer=False))
 
     async def ensure_reservation(self, node: str, group: str, *, wait: bool = False,
                                  compute_mode: str | None = None) -> str:
@@ -321,7 +321,7 @@ class Binder:
         try:
             await self.kube.create(k.PODS, ko.reservation_pod(
                 node, group, ns, image=self.reservation_image,
-                annotations=fractions.reservation_annotations(compute_mode)), namespace=ns)
+                annotations=fractions.reservation_annotations(compute_mode)), namespace=ns, answer=False)
             self._reservations.inc()
             log.info("reservation_pod_created", node=node, gpu_group=group, pod=f"{ns}/{name}")
         except ConflictError:
@@ -375,16 +375,16 @@ class Binder:
     async def _ensure_configmap(self, cm: dict) -> None:
         """Create it unless it exists (its data may be the node agent's)."""
         try:
-            await self.kube.create(k.CONFIGMAPS, cm, namespace=cm["metadata"]["namespace"])
+            await self.kube.create(k.CONFIGMAPS, cm, namespace=cm["metadata"]["namespace"], answer=False)
         except ConflictError:
             pass
 
     async def _apply_configmap(self, cm: dict) -> None:
         meta = cm["metadata"]
         try:
-            await self.kube.create(k.CONFIGMAPS, cm, namespace=meta["namespace"])
+            await self.kube.create(k.CONFIGMAPS, cm, namespace=meta["namespace"], answer=False)
         except ConflictError:
-            await self.kube.patch(k.CONFIGMAPS, meta["name"], {"data": cm["data"]}, namespace=meta["namespace"])
+            await self.kube.patch(k.CONFIGMAPS, meta["name"], {"data": cm["data"]}, namespace=meta["namespace"], answer=False)
 
     # ---- evictions -------------------------------------------------------------------------------
     async def evict(self, plan: PlanIssued, op: Evict) -> None:
@@ -397,7 +397,7 @@ class Binder:
                 await self.kube.delete(k.PODS, name, namespace=namespace)
             else:
                 await self.kube.create(k.PODS, ko.eviction(op.pod), namespace=namespace, name=name,
-                                       subresource="eviction", idempotent=True)
+                                       subresource="eviction", idempotent=True, answer=False)
         except NotFoundError:
             self._evictions.labels(op.action, "gone").inc()
             return
@@ -442,12 +442,12 @@ class Binder:
                 return
         await self._quietly(self.kube.patch(k.PODS, name, {"status": {"conditions": [condition]}},
                                             namespace=namespace, subresource="status",
-                                            content_type="application/strategic-merge-patch+json"))
+                                            content_type="application/strategic-merge-patch+json", answer=False))
 
     async def patch_podgroup(self, key: str, body: dict, *, status: bool = False) -> None:
         namespace, name = ko.split(key)
         await self._quietly(self.kube.patch(k.PODGROUPS, name, body, namespace=namespace,
-                                            subresource="status" if status else None))
+                                            subresource="status" if status else None, answer=False))
 
     # ---- events, results -------------------------------------------------------------------------
     async def event(self, kind: str, key: str, reason: str, message: str, event_type: str, *,
@@ -469,7 +469,7 @@ class Binder:
         api_version = "v1" if kind == "Pod" else "scheduling.run.ai/v2alpha2"
         body = ko.core_event(kind, namespace, name, uid, reason, message, event_type,
                              api_version=api_version, annotations=annotations)
-        await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace))
+        await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace, answer=False))
 
     def _result(self, plan: PlanIssued, op: Bind, *, ok: bool, error: str = "") -> None:
         result = BindResult(meta=new_meta("binder", revision=plan.revision), shard=plan.shard,

@@ -332,18 +332,18 @@ class NodeAgentApp:
             "reportingComponent": COMPONENT, "reportingInstance": node,
         }
         try:
-            await self.kube.create(CORE_EVENTS, body, namespace=event.namespace)
+            await self.kube.create(CORE_EVENTS, body, namespace=event.namespace, answer=False)
         except ShoalError as exc:
             log.warning("event_failed", pod=f"{event.namespace}/{event.name}", reason=event.reason,
                         status=exc.status, error=str(exc))
 
     async def write_configmap(self, cm: WriteConfigMap) -> None:
         try:
-            await self.kube.patch(CONFIGMAPS, cm.name, {"data": cm.data}, namespace=cm.namespace)
+            await self.kube.patch(CONFIGMAPS, cm.name, {"data": cm.data}, namespace=cm.namespace, answer=False)
         except NotFoundError:
             body = {"metadata": {"name": cm.name, "namespace": cm.namespace, "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Pod", "name": cm.owner_pod, "uid": cm.owner_uid}]}, "data": cm.data}
-            await self.kube.create(CONFIGMAPS, body, namespace=cm.namespace)
+            await self.kube.create(CONFIGMAPS, body, namespace=cm.namespace, answer=False)
 
     # ----- loop and HTTP -------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:

@@ -242,8 +242,9 @@ class Kube:
         return response
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-                      body: Any = None, content_type: str = "application/json") -> Any:
-        """One request; the decoded JSON answer (a dict for objects, lists and Status)."""
+                      body: Any = None, content_type: str = "application/json", answer: bool = True) -> Any:
+        """One request; the decoded JSON answer (a dict for objects, lists and Status), or None when the caller
+        has no use for it (`answer=False`: a write's echo of the whole object is read but not decoded)."""
         response = await self.open(method, path, query=query, body=body, content_type=content_type)
         try:
             data = await response.read()
@@ -251,7 +252,7 @@ class Kube:
             raise kube_error(exc, f"{method} {path}") from exc
         finally:
             response.release()
-        return msgspec.json.decode(data) if data else None
+        return msgspec.json.decode(data) if data and answer else None
 
     async def _call(self, idempotent: bool, what: str, method: str, path: str, **kwargs: Any) -> Any:
         return await kube_call(lambda: self.request(method, path, **kwargs), idempotent=idempotent, what=what)
@@ -279,18 +280,19 @@ class Kube:
             query["continue"] = meta["continue"]
 
     async def create(self, resource: Resource, body: Mapping[str, Any], *, namespace: str | None = None,
-                     name: str | None = None, subresource: str | None = None, idempotent: bool = False) -> Any:
-        """POST an object (or a subresource such as pods/<name>/binding or /eviction)."""
+                     name: str | None = None, subresource: str | None = None, idempotent: bool = False,
+                     answer: bool = True) -> Any:
+        """POST an object (or a subresource such as pods/<name>/binding or /eviction); `answer=False`: None."""
         return await self._call(idempotent, f"create {resource.plural}", "POST",
-                                resource.path(namespace, name, subresource), body=dict(body))
+                                resource.path(namespace, name, subresource), body=dict(body), answer=answer)
 
     async def patch(self, resource: Resource, name: str, body: Mapping[str, Any], *,
                     namespace: str | None = None, subresource: str | None = None,
-                    content_type: str = MERGE_PATCH, idempotent: bool = True) -> dict[str, Any]:
-        """Merge-patch by default (a merge patch that sets fields is idempotent)."""
+                    content_type: str = MERGE_PATCH, idempotent: bool = True, answer: bool = True) -> dict[str, Any]:
+        """Merge-patch by default (a merge patch that sets fields is idempotent); `answer=False`: None."""
         return await self._call(idempotent, f"patch {resource.plural}/{name}", "PATCH",
                                 resource.path(namespace, name, subresource), body=dict(body),
-                                content_type=content_type)
+                                content_type=content_type, answer=answer)
 
     async def replace(self, resource: Resource, body: Mapping[str, Any], *, namespace: str | None = None,
                       subresource: str | None = None) -> dict[str, Any]:
