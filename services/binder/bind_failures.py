@@ -33,7 +33,7 @@ class BindFailures:
         try:
             current = await self.kube.get(k.PODGROUPS, name, namespace=namespace or None)
             failures, patch = ko.bind_failure_patch(current, error, ko.utc_now())
-            await self.kube.patch(k.PODGROUPS, name, patch, namespace=namespace or None)
+            await self.kube.patch(k.PODGROUPS, name, patch, namespace=namespace or None, answer=False)
         except NotFoundError:
             return None
         except ShoalError as exc:

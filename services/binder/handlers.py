@@ -171,7 +171,7 @@ class Binder:
 
         async def write(name: str, body: dict) -> None:
             async with gate:
-                await self._quietly(self.kube.patch(k.QUEUES, name, {"status": body}, subresource="status"))
+                await self._quietly(self.kube.patch(k.QUEUES, name, {"status": body}, subresource="status", answer=False))
             self._queue_status[name] = body
 
         changed = {}
@@ -242,7 +242,7 @@ class Binder:
                 if not await self._still_leased(plan, op):
                     return  # the lease ran out meanwhile: a newer plan may have used these GPUs
             await self.kube.create(k.PODS, ko.binding(op.pod, op.node), namespace=namespace, name=name,
-                                   subresource="binding")
+                                   subresource="binding", answer=False)
         except ConflictError:
             current = await self._get(k.PODS, op.pod)
             if current is not None and (current.get("spec") or {}).get("nodeName") == op.node:
@@ -312,7 +312,7 @@ class Binder:
             writes = [self._apply_configmap(capabilities), self._ensure_configmap(evar)]
         await asyncio.gather(*writes, self.kube.patch(k.PODS, name, {"metadata": {
             "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
-            "annotations": annotations}}, namespace=namespace))
+            "annotations": annotations}}, namespace=namespace, answer=False))
 
     async def ensure_reservation(self, node: str, group: str, *, wait: bool = False,
                                  compute_mode: str | None = None) -> str:
@@ -321,7 +321,7 @@ class Binder:
         try:
             await self.kube.create(k.PODS, ko.reservation_pod(
                 node, group, ns, image=self.reservation_image,
-                annotations=fractions.reservation_annotations(compute_mode)), namespace=ns)
+                annotations=fractions.reservation_annotations(compute_mode)), namespace=ns, answer=False)
             self._reservations.inc()
             log.info("reservation_pod_created", node=node, gpu_group=group, pod=f"{ns}/{name}")
         except ConflictError:
@@ -351,12 +351,21 @@ class Binder:
                 await asyncio.sleep(0.2)
 
     async def sync_reservations(self) -> int:
-        """Delete the reservation pods of shared GPUs no pod uses any more; returns how many."""
-        reservations, _ = await self.kube.list(k.PODS, namespace=self.reservation_namespace,
-                                               label_selector=f"app={ko.RESERVATION_APP}")
+        """Delete the reservation pods of shared GPUs no pod uses any more; returns how many. The reservation pods
+        come from the reservation watch once it is synced (listed otherwise)."""
+        watch = self.reservations
+        if watch is not None and watch.synced:  # the reservation namespace's watch has them all already
+            reservations = [pod for pod in watch.pods.values()
+                            if ((pod.get("metadata") or {}).get("labels") or {}).get("app") == ko.RESERVATION_APP]
+        else:
+            reservations, _ = await self.kube.list(k.PODS, namespace=self.reservation_namespace,
+                                                   label_selector=f"app={ko.RESERVATION_APP}")
+        now = datetime.now(UTC)
+        if not stale_reservations(reservations, (), set(), now, self.reservation_grace_s, check_groups=False):
+            return 0  # none old enough to release: the cluster-wide list of shared pods is not needed
         shared, _ = await self.kube.list(k.PODS, label_selector=f"{ko.SHARED_LABEL}=true")
         stale = stale_reservations(reservations, shared, await self.inflight.groups_in_flight(),
-                                   datetime.now(UTC), self.reservation_grace_s)
+                                   now, self.reservation_grace_s)
         for pod in stale:
             await self._delete_quietly(f"{self.reservation_namespace}/{pod['metadata']['name']}")
             log.info("reservation_pod_released", pod=pod["metadata"]["name"],
@@ -366,16 +375,16 @@ class Binder:
     async def _ensure_configmap(self, cm: dict) -> None:
         """Create it unless it exists (its data may be the node agent's)."""
         try:
-            await self.kube.create(k.CONFIGMAPS, cm, namespace=cm["metadata"]["namespace"])
+            await self.kube.create(k.CONFIGMAPS, cm, namespace=cm["metadata"]["namespace"], answer=False)
         except ConflictError:
             pass
 
     async def _apply_configmap(self, cm: dict) -> None:
         meta = cm["metadata"]
         try:
-            await self.kube.create(k.CONFIGMAPS, cm, namespace=meta["namespace"])
+            await self.kube.create(k.CONFIGMAPS, cm, namespace=meta["namespace"], answer=False)
         except ConflictError:
-            await self.kube.patch(k.CONFIGMAPS, meta["name"], {"data": cm["data"]}, namespace=meta["namespace"])
+            await self.kube.patch(k.CONFIGMAPS, meta["name"], {"data": cm["data"]}, namespace=meta["namespace"], answer=False)
 
     # ---- evictions -------------------------------------------------------------------------------
     async def evict(self, plan: PlanIssued, op: Evict) -> None:
@@ -388,7 +397,7 @@ class Binder:
                 await self.kube.delete(k.PODS, name, namespace=namespace)
             else:
                 await self.kube.create(k.PODS, ko.eviction(op.pod), namespace=namespace, name=name,
-                                       subresource="eviction", idempotent=True)
+                                       subresource="eviction", idempotent=True, answer=False)
         except NotFoundError:
             self._evictions.labels(op.action, "gone").inc()
             return
@@ -433,12 +442,12 @@ class Binder:
                 return
         await self._quietly(self.kube.patch(k.PODS, name, {"status": {"conditions": [condition]}},
                                             namespace=namespace, subresource="status",
-                                            content_type="application/strategic-merge-patch+json"))
+                                            content_type="application/strategic-merge-patch+json", answer=False))
 
     async def patch_podgroup(self, key: str, body: dict, *, status: bool = False) -> None:
         namespace, name = ko.split(key)
         await self._quietly(self.kube.patch(k.PODGROUPS, name, body, namespace=namespace,
-                                            subresource="status" if status else None))
+                                            subresource="status" if status else None, answer=False))
 
     # ---- events, results -------------------------------------------------------------------------
     async def event(self, kind: str, key: str, reason: str, message: str, event_type: str, *,
@@ -460,7 +469,7 @@ class Binder:
         api_version = "v1" if kind == "Pod" else "scheduling.run.ai/v2alpha2"
         body = ko.core_event(kind, namespace, name, uid, reason, message, event_type,
                              api_version=api_version, annotations=annotations)
-        await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace))
+        await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace, answer=False))
 
     def _result(self, plan: PlanIssued, op: Bind, *, ok: bool, error: str = "") -> None:
         result = BindResult(meta=new_meta("binder", revision=plan.revision), shard=plan.shard,

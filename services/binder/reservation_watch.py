@@ -29,6 +29,7 @@ class ReservationWatch:
         self._kube = kube
         self._namespace = namespace
         self.uuids: dict[str, str] = {}  # reservation pod name → GPU id
+        self.pods: dict[str, dict] = {}  # reservation pod name → the pod as last seen (the release sync reads it)
         self.synced = False
         self._event = asyncio.Event()
 
@@ -36,6 +37,10 @@ class ReservationWatch:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
         uuid = (meta.get("annotations") or {}).get(RESERVE_ANNOTATION)
+        if deleted:
+            self.pods.pop(name, None)
+        else:
+            self.pods[name] = obj
         if deleted or not uuid:
             self.uuids.pop(name, None)
         else:
@@ -60,7 +65,7 @@ class ReservationWatch:
             try:
                 async for event in ListWatch(self._kube, k.PODS, namespace=self._namespace):
                     if event.type == "SYNCED":
-                        self.uuids = {}
+                        self.uuids, self.pods = {}, {}
                         for obj in event.objects:
                             self._take(obj)
                         self.synced = True

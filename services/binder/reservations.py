@@ -36,14 +36,16 @@ def _age_s(pod: dict, now: datetime) -> float:
 
 
 def stale_reservations(reservation_pods: Iterable[dict], shared_pods: Iterable[dict], inflight_groups: set[str],
-                       now: datetime, grace_s: float = 30.0) -> list[dict]:
-    """Reservation pods whose group has no active pod and no bind in flight, older than `grace_s`."""
+                       now: datetime, grace_s: float = 30.0, *, check_groups: bool = True) -> list[dict]:
+    """Reservation pods whose group has no active pod and no bind in flight, older than `grace_s`.
+    `check_groups=False`: every one old enough, whatever uses its group (the candidates, before the pods
+    using the groups are listed)."""
     keep = active_groups(shared_pods) | inflight_groups
     out = []
     for pod in reservation_pods:
         mine = groups_of(pod)
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        if mine and not mine & keep and _age_s(pod, now) >= grace_s:
+        if mine and (not check_groups or not mine & keep) and _age_s(pod, now) >= grace_s:
             out.append(pod)
     return sorted(out, key=lambda p: p["metadata"]["name"])

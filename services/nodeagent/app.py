@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,8 +41,8 @@ from services.nodeagent.telemetry import GpuUsage, TelemetryCollector
 from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import Publisher, ensure_topics
-from shoal.adapters.kube import Kube, connect_kube
-from shoal.errors import ShoalError
+from shoal.adapters.kube import CONFIGMAPS, CORE_EVENTS, PODS, Kube, connect_kube
+from shoal.errors import NotFoundError, ShoalError
 from shoal.logging import get_logger
 from shoal.messages.base import new_meta
 from shoal.messages.topics import GPU_USAGE
@@ -50,7 +51,6 @@ from shoal.metrics import Metrics
 log = get_logger(__name__)
 COMPONENT = "shoal-nodeagent"
 AGENT: web.AppKey[NodeAgentApp] = web.AppKey("nodeagent")
-MERGE = "application/merge-patch+json"
 SIMULATED_MEMORY = "shoal.io/simulated-gpu-memory-mib"  # fake backend: a process using this much per GPU
 SIMULATED_UTIL = "run.ai/simulated-gpu-utilization"  # fake-gpu-operator's "lo-hi" percent; the midpoint is used
 
@@ -75,6 +75,28 @@ def _now_text() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True)
+class QuietTick:
+    """A fake node's tick that acted on nothing: no shared GPU to police, no process, no write or event. Its
+    outcome depends only on the node, its pods and the GPU sample (time matters only to shares and processes),
+    so while the same NodeView, the same PodView objects (new ones are made for every changed pod) and an
+    equal sample come back, the tick is not computed again: a backlog's 133 fake nodes tick every second."""
+
+    node: NodeView
+    pods: tuple[PodView, ...]
+    sample: Any
+    result: TickResult
+
+    @staticmethod
+    def applies(result: TickResult, sample: Any) -> bool:
+        return not (result.annotate or result.events or result.kills or result.configmaps or result.pods
+                    or sample.processes or sample.partial)
+
+    def same(self, node: NodeView, pods: list[PodView], sample: Any) -> bool:
+        return node is self.node and len(pods) == len(self.pods) and \
+            all(a is b for a, b in zip(pods, self.pods, strict=True)) and sample == self.sample
+
+
 class NodeAgentApp:
     """The agent process: one `NodeAgent` and one inventory per node served."""
 
@@ -90,7 +112,8 @@ class NodeAgentApp:
     ) -> None:
         self.settings = settings
         self.cache = cache  # None: list nodes and pods each tick (tests drive ticks this way)
-        self.core = client.CoreV1Api(api)
+        self.core = client.CoreV1Api(api)  # reads when no cache serves them
+        self.kube = Kube(api, request_timeout_s=settings.kube.request_timeout_s)  # writes
         self.publisher = publisher
         self.metrics = metrics or Metrics()
         self.collector = TelemetryCollector()
@@ -98,6 +121,8 @@ class NodeAgentApp:
         self.ticks = self.metrics.counter("nodeagent_ticks_total", "Node agent ticks.", ["outcome"])
         self.procfs = ProcFs(settings.proc_root)
         self.inventories: dict[str, GpuInventory] = dict(inventories or {})
+        self.quiet: dict[str, QuietTick] = {}  # fake node → its last tick, while repeating it would change nothing
+        self.fake_inputs: dict[str, tuple] = {}  # fake node → the labels and allocatable its GPUs were made from
         self.agents: dict[str, NodeAgent] = {}
         self.last_published: dict[str, float] = {}
         self.telemetry_sends: dict[str, asyncio.Task[None]] = {}  # node → its one outstanding send
@@ -144,10 +169,12 @@ class NodeAgentApp:
 
                 inv = NvmlInventory(procfs=self.procfs)
             self.inventories[node.name] = inv
-        elif isinstance(inv, FakeInventory):
-            gpus = gpus_for_node(node.name, node.labels, node.allocatable)
+        elif isinstance(inv, FakeInventory) and self.fake_inputs.get(node.name) != (node.labels, node.allocatable):
+            gpus = gpus_for_node(node.name, node.labels, node.allocatable)  # the node changed: its GPUs may have
             if gpus != inv.gpus:
                 inv.set_gpus(gpus)
+        if isinstance(inv, FakeInventory):
+            self.fake_inputs[node.name] = (node.labels, node.allocatable)
         return inv
 
     def observed_devices(self, pods: list[PodView]) -> dict[str, tuple[str, ...]]:
@@ -176,6 +203,8 @@ class NodeAgentApp:
             self.agents.pop(gone)
             self.collector.forget(gone)
             inv = self.inventories.pop(gone, None)
+            self.fake_inputs.pop(gone, None)
+            self.quiet.pop(gone, None)
             if inv is not None:
                 inv.close()
         self.ready = True
@@ -188,7 +217,7 @@ class NodeAgentApp:
             try:
                 await self.tick_node(node, now)
                 self.ticks.labels(outcome="ok").inc()
-            except (TimeoutError, ApiException, OSError) as exc:
+            except (TimeoutError, ApiException, OSError, ShoalError) as exc:
                 self.ticks.labels(outcome="error").inc()
                 log.warning("node_tick_failed", node=node.name, error=str(exc))
 
@@ -210,6 +239,11 @@ class NodeAgentApp:
                     refs[proc.pid] = ref
             observed = self.observed_devices(pods)
         pool = node.labels.get(self.settings.node_pool_label, "")
+        telemetry_due = self.publisher is not None and \
+            now - self.last_published.get(node.name, -1e18) >= self.settings.telemetry_period_s
+        quiet = self.quiet.get(node.name)
+        if quiet is not None and not telemetry_due and quiet.same(node, pods, sample):
+            return quiet.result  # nothing the tick reads changed, and it had nothing to do: the same outcome
         result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool),
                             sharing_mode=self.settings.mode_for(pool), refs=refs, observed=observed)
         await self.act(node, inv, agent, result, pods)
@@ -220,10 +254,12 @@ class NodeAgentApp:
             partial=sample.partial, gpus=result.gpus, pods=result.pods,
         )
         self.collector.update(usage)
-        if self.publisher is not None and now - self.last_published.get(node.name, -1e18) >= \
-                self.settings.telemetry_period_s:
+        if telemetry_due:
             self.last_published[node.name] = now
             self.send_telemetry(node.name, usage)
+        self.quiet.pop(node.name, None)
+        if isinstance(inv, FakeInventory) and QuietTick.applies(result, sample):
+            self.quiet[node.name] = QuietTick(node, tuple(pods), sample, result)
         return result
 
     def send_telemetry(self, node: str, usage: GpuUsage) -> None:
@@ -260,11 +296,10 @@ class NodeAgentApp:
             agent.configmap_written(cm)
 
     async def annotate(self, node: str, a: Annotate) -> None:
-        resp = await self.core.patch_namespaced_pod(
-            a.name, a.namespace, {"metadata": {"annotations": {a.key: a.value}}}, _content_type=MERGE,
-            _preload_content=False)
+        patched = await self.kube.patch(PODS, a.name, {"metadata": {"annotations": {a.key: a.value}}},
+                                        namespace=a.namespace)
         if self.cache is not None:
-            self.cache.put_pod(await resp.json())  # write-through: the next tick sees it
+            self.cache.put_pod(patched)  # write-through: the next tick sees it
         log.info("gpu_assigned", node=node, pod=f"{a.namespace}/{a.name}", annotation=a.key, gpu=a.value)
 
     async def kill(self, node: str, inv: GpuInventory, kill: Kill, pod: PodView | None) -> None:
@@ -297,20 +332,18 @@ class NodeAgentApp:
             "reportingComponent": COMPONENT, "reportingInstance": node,
         }
         try:
-            await self.core.create_namespaced_event(event.namespace, body)
-        except ApiException as exc:
+            await self.kube.create(CORE_EVENTS, body, namespace=event.namespace, answer=False)
+        except ShoalError as exc:
             log.warning("event_failed", pod=f"{event.namespace}/{event.name}", reason=event.reason,
-                        status=exc.status)
+                        status=exc.status, error=str(exc))
 
     async def write_configmap(self, cm: WriteConfigMap) -> None:
         try:
-            await self.core.patch_namespaced_config_map(cm.name, cm.namespace, {"data": cm.data}, _content_type=MERGE)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            await self.kube.patch(CONFIGMAPS, cm.name, {"data": cm.data}, namespace=cm.namespace, answer=False)
+        except NotFoundError:
             body = {"metadata": {"name": cm.name, "namespace": cm.namespace, "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Pod", "name": cm.owner_pod, "uid": cm.owner_uid}]}, "data": cm.data}
-            await self.core.create_namespaced_config_map(cm.namespace, body)
+            await self.kube.create(CONFIGMAPS, body, namespace=cm.namespace, answer=False)
 
     # ----- loop and HTTP -------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -324,7 +357,7 @@ class NodeAgentApp:
                 started = loop.time()
                 try:
                     await self.tick(started)
-                except (TimeoutError, ApiException, OSError) as exc:
+                except (TimeoutError, ApiException, OSError, ShoalError) as exc:
                     self.ticks.labels(outcome="error").inc()
                     log.warning("tick_failed", error=str(exc))
                 left = self.settings.sample_period_s - (loop.time() - started)
@@ -344,7 +377,7 @@ class NodeAgentApp:
             await self.cache.wake.wait()
             try:
                 await self.serve_waiting(loop.time())
-            except (TimeoutError, ApiException, OSError) as exc:
+            except (TimeoutError, ApiException, OSError, ShoalError) as exc:
                 log.warning("serve_waiting_failed", error=str(exc))
 
     async def serve_waiting(self, now: float) -> None:

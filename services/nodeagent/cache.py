@@ -49,6 +49,7 @@ class ClusterCache:
             self.node_query = {"field_selector": f"metadata.name={settings.node_name}"}
             self.pod_query = {"field_selector": f"spec.nodeName={settings.node_name}"}
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.node_view_of: dict[str, NodeView] = {}  # node name -> its view, made when the node changes
         self.pods: dict[str, dict[str, Any]] = {}
         self.views: dict[str, PodView] = {}  # uid -> the pod as a tick reads it, translated once per version
         self.by_node: dict[str, set[str]] = {}
@@ -101,20 +102,26 @@ class ClusterCache:
         old = self.nodes.get(_name(obj))
         if old is None or _rv(old) <= _rv(obj):
             self.nodes[_name(obj)] = obj
+            self.node_view_of[_name(obj)] = node_view(obj)
+
+    def drop_node(self, obj: dict[str, Any]) -> None:
+        self.nodes.pop(_name(obj), None)
+        self.node_view_of.pop(_name(obj), None)
 
     def node_views(self) -> list[NodeView]:
-        return [node_view(self.nodes[name]) for name in sorted(self.nodes)]
+        """Every node as a tick reads it (translated once per version, not once per tick)."""
+        views = self.node_view_of
+        return [views[name] for name in sorted(self.nodes)]
 
     # ----- following the watches ---------------------------------------------------------------------------
     async def run(self) -> None:
         await asyncio.gather(
-            self._follow(NODES, self.node_query, "nodes", self.put_node,
-                         lambda o: self.nodes.pop(_name(o), None), self._replace_nodes),
+            self._follow(NODES, self.node_query, "nodes", self.put_node, self.drop_node, self._replace_nodes),
             self._follow(PODS, self.pod_query, "pods", self.put_pod, self.drop_pod, self.replace_pods),
         )
 
     def _replace_nodes(self, objs: list[dict[str, Any]]) -> None:
-        self.nodes = {}
+        self.nodes, self.node_view_of = {}, {}
         for obj in objs:
             self.put_node(obj)
 

@@ -94,6 +94,7 @@ class FakeInventory:
     def __init__(self, node_name: str, gpus: tuple[Gpu, ...]) -> None:
         self.node_name = node_name
         self._gpus = gpus
+        self._idle = self._idle_samples(gpus)
         self._procs: dict[int, _Proc] = {}
         self._lock = threading.Lock()
         self.killed: list[tuple[int, int]] = []  # (pid, start_ticks), in kill order
@@ -114,8 +115,14 @@ class FakeInventory:
         """The node's labels changed: keep processes of GPUs that still exist."""
         with self._lock:
             self._gpus = gpus
+            self._idle = self._idle_samples(gpus)
             known = {g.uuid for g in gpus}
             self._procs = {pid: p for pid, p in self._procs.items() if p.process.gpu_uuid in known}
+
+    @staticmethod
+    def _idle_samples(gpus: tuple[Gpu, ...]) -> dict[str, Gpu]:
+        """Each GPU as sampled with no process on it (most GPUs, most ticks: made once, not every tick)."""
+        return {g.uuid: replace(g, memory_used_mib=0, utilization_percent=0) for g in gpus}
 
     def start_process(
         self,
@@ -158,6 +165,9 @@ class FakeInventory:
             gpus = []
             for gpu in self._gpus:
                 mine = [p for p in processes if p.gpu_uuid == gpu.uuid]
+                if not mine:
+                    gpus.append(self._idle[gpu.uuid])
+                    continue
                 used = sum(p.used_mib or 0 for p in mine)
                 util = min(100, sum(self._procs[p.pid].utilization_percent for p in mine))
                 gpus.append(replace(gpu, memory_used_mib=min(used, gpu.memory_total_mib), utilization_percent=util))

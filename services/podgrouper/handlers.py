@@ -185,7 +185,7 @@ class PodGrouper:
         patch = t.pod_patch(pod, grouping)
         if patch is not None:
             try:
-                await self.kube.patch(k.PODS, t.meta(pod)["name"], patch, namespace=t.meta(pod).get("namespace"))
+                await self.kube.patch(k.PODS, t.meta(pod)["name"], patch, namespace=t.meta(pod).get("namespace"), answer=False)
             except NotFoundError:
                 return "skipped:pod gone"
             self._writes.labels(kind="pod").inc()
@@ -274,7 +274,7 @@ class PodGrouper:
             if create_first:
                 create_first = False
                 try:
-                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace)
+                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace, answer=False)
                     self._writes.labels(kind="podgroup_create").inc()
                     return True
                 except ConflictError:
@@ -283,7 +283,7 @@ class PodGrouper:
                 existing = await self.kube.get(k.PODGROUPS, name, namespace=namespace)
             except NotFoundError:
                 try:
-                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace)
+                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace, answer=False)
                     self._writes.labels(kind="podgroup_create").inc()
                     return True
                 except ConflictError:
@@ -292,7 +292,7 @@ class PodGrouper:
             if patch is None:
                 return False
             try:
-                await self.kube.patch(k.PODGROUPS, name, patch, namespace=namespace)
+                await self.kube.patch(k.PODGROUPS, name, patch, namespace=namespace, answer=False)
                 self._writes.labels(kind="podgroup_patch").inc()
                 return True
             except (ConflictError, NotFoundError):
@@ -317,7 +317,7 @@ class PodGrouper:
             self._events = {d: ts for d, ts in self._events.items() if now - ts < self.event_dedupe_s}
         log.warning("podgrouper_warning", pod=t.pod_key(pod), message=message)
         try:
-            await self.kube.create(CORE_EVENTS, t.warning_event(pod, message), namespace=t.meta(pod).get("namespace"))
+            await self.kube.create(CORE_EVENTS, t.warning_event(pod, message), namespace=t.meta(pod).get("namespace"), answer=False)
             self._writes.labels(kind="event").inc()
         except ShoalError as exc:  # an event is best effort
             log.warning("podgrouper_event_failed", pod=t.pod_key(pod), error=str(exc))

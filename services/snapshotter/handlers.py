@@ -48,8 +48,15 @@ def settled(entry: InFlightBind, pods_by_uid, now_s: float) -> bool:  # type: ig
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
+_now_text: list = [None, ""]  # the second last formatted, and its text
+
+
 def now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time to the second, as RFC 3339 text (formatted once per second: every watch event asks for it)."""
+    second = int(time.time())
+    if second != _now_text[0]:
+        _now_text[:] = [second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
+    return _now_text[1]
 
 
 @dataclass

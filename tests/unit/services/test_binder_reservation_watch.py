@@ -43,3 +43,13 @@ async def test_a_change_that_lands_while_the_waiter_looks_is_not_missed():
     started = time.monotonic()
     await watch.changed(timeout_s=5.0, change=change)
     assert time.monotonic() - started < 1.0 and watch.uuids == {"r1": "GPU-1"}
+
+
+def test_the_watch_keeps_the_reservation_pods_the_release_sync_reads():
+    watch = ReservationWatch(None, "kai-resource-reservation")  # type: ignore[arg-type]
+    watch._take(reservation("r1"))
+    watch._take(reservation("r2", "GPU-2"))
+    assert sorted(watch.pods) == ["r1", "r2"] and watch.pods["r2"]["metadata"]["annotations"] == {
+        RESERVE_ANNOTATION: "GPU-2"}
+    watch._take(reservation("r1"), deleted=True)
+    assert sorted(watch.pods) == ["r2"]

@@ -29,3 +29,12 @@ def test_only_idle_old_reservations_are_released():
     shared = [pod("a", "g1"), pod("b", "g2", phase="Failed")]
     stale = stale_reservations(reservations, shared, inflight_groups={"g3"}, now=NOW, grace_s=30)
     assert [p["metadata"]["name"] for p in stale] == ["r2"]
+
+
+def test_candidates_are_the_old_reservations_whatever_uses_their_groups():
+    reservations = [pod("r1", "g1"), pod("r2", "g2", age_s=5), pod("r3", "g3", deleting=True), pod("r4")]
+    shared = [pod("a", "g1")]
+    candidates = stale_reservations(reservations, shared, inflight_groups={"g1"}, now=NOW, grace_s=30,
+                                    check_groups=False)
+    assert [p["metadata"]["name"] for p in candidates] == ["r1"]
+    assert stale_reservations(reservations[1:], (), set(), NOW, 30, check_groups=False) == []

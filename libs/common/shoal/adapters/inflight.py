@@ -36,6 +36,7 @@ def live(entry: InFlightBind | None, now_s: float | None = None) -> InFlightBind
 class InFlight:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._decoded: dict[str, dict[bytes, InFlightBind]] = {}  # shard → stored value → its entry (frozen)
 
     async def add(self, shard: str, entries: Iterable[InFlightBind]) -> None:
         mapping = {e.pod_uid or e.pod: _encoder.encode(e) for e in entries}
@@ -44,8 +45,14 @@ class InFlight:
 
     async def all(self, shard: str) -> list[InFlightBind]:
         raw = await redis_call("inflight_all", lambda: self._redis.hgetall(redis_keys.inflight(shard)))
-        entries = [_decoder.decode(v) for v in raw.values()]
-        return sorted(entries, key=lambda e: e.pod)
+        # the snapshotter and planners read the whole hash every cycle while most entries stay as they were:
+        # an unchanged value is decoded once; the cache keeps only what the hash held at the last read
+        known, fresh = self._decoded.get(shard, {}), {}
+        for value in raw.values():
+            entry = known.get(value)
+            fresh[value] = entry if entry is not None else _decoder.decode(value)
+        self._decoded[shard] = fresh
+        return sorted(fresh.values(), key=lambda e: e.pod)
 
     async def get(self, shard: str, pod_uid: str, *, now_s: float | None = None) -> InFlightBind | None:
         """The pod's lease, or None when it has none or the lease ends within LEASE_GUARD_S (a plan held up,
