@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_soak(args: argparse.Namespace) -> int:
     from shoal.devstack import DevStackError, StackInfo
     from shoal.devstack.soak import Options, run, table
+    from shoal.errors import ShoalError
 
     kinds = tuple(f.strip() for f in str(args.faults).split(",") if f.strip())
     problems = [f"--faults: unknown {f!r} (choose from {', '.join(FAULTS)})" for f in kinds if f not in FAULTS]
@@ -50,7 +51,11 @@ def run_soak(args: argparse.Namespace) -> int:
         return 1
     opts = Options(minutes=args.minutes, seed=args.seed, nodes=args.nodes or 6, fault_every_s=args.fault_every,
                    faults=kinds, jobs_per_s=args.jobs_per_s, sample_s=args.sample_every)
-    result = asyncio.run(run(info, opts, progress=lambda line: print(line, file=sys.stderr, flush=True)))
+    try:
+        result = asyncio.run(run(info, opts, progress=lambda line: print(line, file=sys.stderr, flush=True)))
+    except (DevStackError, ShoalError, OSError) as exc:
+        print(f"shoal bench soak: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(result, indent=2) if args.json else table(result), end="\n" if args.json else "")
     if not result["passed"]:
         print(f"shoal bench soak: FAILED checks: {', '.join(result['failed'])}", file=sys.stderr)

@@ -238,10 +238,13 @@ async def sampler(soak: Soak) -> None:
 async def cluster_state(soak: Soak) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
     kube = soak.kube
     nodes, _ = await kube.list(k.NODES, label_selector=f"{ISOLATED_LABEL}={soak.tag}")
-    pods, _ = await kube.list(k.PODS, namespace=soak.namespace)
-    reservations, _ = await kube.list(k.PODS, namespace=RESERVATION_NAMESPACE)
+    # one list of every pod: the soak's pods and the reservation pods are seen at one resourceVersion (two lists
+    # would see a fraction bound whose reservation pod the other list missed, or the other way round)
+    everything, _ = await kube.list(k.PODS)
+    pods = [p for p in everything if p["metadata"].get("namespace") == soak.namespace]
     ours = set(soak.nodes)
-    reservations = [r for r in reservations if r.get("spec", {}).get("nodeName") in ours]
+    reservations = [r for r in everything if r["metadata"].get("namespace") == RESERVATION_NAMESPACE
+                    and r.get("spec", {}).get("nodeName") in ours]
     groups, _ = await kube.list(k.PODGROUPS, namespace=soak.namespace)
     return nodes, pods, reservations, groups
 

@@ -2,7 +2,7 @@
 and the topic reader for the decision stream.
 
     rss_mb(pid)                                        # VmRSS in MiB (0 when gone)
-    await redis_keys(redis_url)                        # {"total": n, "by_kind": {"seen": n, ...}, "inflight": n}
+    await redis_keys(redis_url)                        # {"total": n, "without_ttl": n, "by_kind": {...}, ...}
     await consumer_lag(bootstrap, group_prefix)        # {group: committed-vs-end lag, summed over partitions}
     await read_topic(bootstrap, topic)                 # every record's JSON value, from the beginning
 
@@ -40,15 +40,27 @@ async def redis_keys(redis_url: str) -> dict[str, Any]:
 
     client = aioredis.from_url(redis_url, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
     try:
+        names = [raw async for raw in client.scan_iter(match="*", count=1000)]
+        ttls: list[int] = []
+        for start in range(0, len(names), 500):
+            pipe = client.pipeline(transaction=False)
+            for name in names[start: start + 500]:
+                pipe.pttl(name)
+            ttls += [int(t) for t in await pipe.execute()]
         kinds: Counter[str] = Counter()
+        lasting: Counter[str] = Counter()  # keys without a TTL: only these can pile up for ever
+        for raw, ttl in zip(names, ttls, strict=True):
+            parts = raw.decode(errors="replace").split(":")
+            kind = parts[1] if len(parts) > 1 and parts[0] == keys.PREFIX else "(other)"
+            kinds[kind] += 1
+            if ttl == -1:
+                lasting[kind] += 1
         inflight = 0
-        async for raw in client.scan_iter(match="*", count=1000):
-            key = raw.decode(errors="replace")
-            parts = key.split(":")
-            kinds[parts[1] if len(parts) > 1 and parts[0] == keys.PREFIX else "(other)"] += 1
         async for raw in client.scan_iter(match=keys.inflight_pattern(), count=100):
             inflight += int(await client.hlen(raw))
-        return {"total": sum(kinds.values()), "by_kind": dict(sorted(kinds.items())), "inflight": inflight}
+        return {"total": len(names), "without_ttl": sum(lasting.values()), "max_ttl_s": max(ttls, default=0) // 1000,
+                "by_kind": dict(sorted(kinds.items())), "without_ttl_by_kind": dict(sorted(lasting.items())),
+                "inflight": inflight}
     finally:
         await client.aclose()
 
@@ -80,10 +92,11 @@ async def consumer_lag(bootstrap: str, group_prefix: str) -> dict[str, int]:
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(TIMEOUT_S * 1000))
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                request_timeout_ms=int(TIMEOUT_S * 1000))
-    await admin.start()
+    consumer = None
     try:
+        await admin.start()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                    request_timeout_ms=int(TIMEOUT_S * 1000))
         await consumer.start()
         groups = [g[0] for g in await admin.list_consumer_groups() if str(g[0]).startswith(group_prefix)]
         out: dict[str, int] = {}
@@ -95,7 +108,8 @@ async def consumer_lag(bootstrap: str, group_prefix: str) -> dict[str, int]:
             out[group] = sum(max(0, ends[tp] - max(0, meta.offset)) for tp, meta in committed.items())
         return out
     finally:
-        await consumer.stop()
+        if consumer is not None:
+            await consumer.stop()
         await admin.close()
 
 
