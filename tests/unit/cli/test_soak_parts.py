@@ -167,3 +167,12 @@ def test_bad_arguments_exit_2_with_one_line_each(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "--faults: unknown 'oops' (choose from kill, kafka, redis, apiserver)", "--minutes: must be above 0",
         "--fault-every: must be 0 (none) or at least 30"]
+
+
+def test_rss_is_read_from_proc_and_zero_for_a_process_gone():
+    import os
+
+    from shoal.devstack.soak_sample import rss_mb
+
+    assert rss_mb(os.getpid()) > 1.0
+    assert rss_mb(2**22 + 1) == 0.0  # above the kernel's pid_max: no such process

@@ -51,6 +51,9 @@ def run_soak(args: argparse.Namespace) -> int:
         return 1
     opts = Options(minutes=args.minutes, seed=args.seed, nodes=args.nodes or 6, fault_every_s=args.fault_every,
                    faults=kinds, jobs_per_s=args.jobs_per_s, sample_s=args.sample_every)
+    import logging
+
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # the samplers' clients during a Kafka outage: expected
     try:
         result = asyncio.run(run(info, opts, progress=lambda line: print(line, file=sys.stderr, flush=True)))
     except (DevStackError, ShoalError, OSError) as exc:

@@ -250,18 +250,24 @@ async def cluster_state(soak: Soak) -> tuple[list[dict], list[dict], list[dict],
 
 
 # ---- the end: settle, check, drain --------------------------------------------------------------------------
+async def poll(soak: Soak, pause_s: float = 3.0) -> tuple[tuple[list[dict], ...], list[str]] | None:
+    """After `pause_s`: the cluster's state and the leases in flight, or None when either could not be read."""
+    await asyncio.sleep(pause_s)
+    state = await sample.bounded(cluster_state(soak))
+    leases = await sample.bounded(sample.inflight_entries(soak.info.redis_url))
+    return None if state is None or leases is None else (state, leases)
+
+
 async def settle(soak: Soak) -> dict[str, Any]:
     """Until two polls in a row see the same bound and pending pods, every pending pod with a reason and no
     lease in flight (or settle_s passes); then the final state's problems."""
     soak.frozen = True
     began, last, final = soak.now(), None, {}
     while soak.now() - began < soak.opts.settle_s:
-        await asyncio.sleep(3.0)
-        state = await sample.bounded(cluster_state(soak))
-        leases = await sample.bounded(sample.inflight_entries(soak.info.redis_url))
-        if state is None or leases is None:
+        polled = await poll(soak)
+        if polled is None:
             continue
-        nodes, pods, reservations, groups = state
+        (nodes, pods, reservations, groups), leases = polled
         final = {"overcommitted": overcommitted(nodes, pods + reservations),
                  "pending_without_reason": pending_without_reason(pods, groups),
                  "orphan_reservations": orphan_reservations(reservations, pods, soak.nodes), "leases": leases,
@@ -284,12 +290,10 @@ async def drain(soak: Soak, timeout_s: float = 120.0) -> dict[str, Any]:
     began = soak.now()
     left: dict[str, Any] = {}
     while soak.now() - began < timeout_s:
-        await asyncio.sleep(3.0)
-        state = await sample.bounded(cluster_state(soak))
-        leases = await sample.bounded(sample.inflight_entries(soak.info.redis_url))
-        if state is None or leases is None:
+        polled = await poll(soak)
+        if polled is None:
             continue
-        _nodes, pods, reservations, _groups = state
+        (_nodes, pods, reservations, _groups), leases = polled
         left = {"pods": [p["metadata"]["name"] for p in pods],
                 "reservations": orphan_reservations(reservations, [], soak.nodes), "leases": leases}
         if not any(left.values()):
@@ -333,17 +337,14 @@ async def close_arena(soak: Soak) -> list[str]:
 
 
 async def run(info: Any, opts: Options, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from kubernetes_asyncio import client, config
-
     from shoal.devstack.scheduler import install_base
+    from shoal.settings import KubeSettings
 
     say = progress or (lambda _line: None)
     tag = f"sk{uuid.uuid4().hex[:6]}"
     state = Path(tempfile.mkdtemp(prefix="shoal-soak-"))
     await install_base(info.kubeconfig)
-    cfg = client.Configuration()
-    await config.load_kube_config(config_file=info.kubeconfig, client_configuration=cfg)
-    api = client.ApiClient(cfg)
+    api = await k.connect_kube(KubeSettings(kubeconfig=info.kubeconfig))
     kube = k.Kube(api)
     rng = random.Random(opts.seed)
     queues = [f"{tag}-q{c}" for c in "abc"]

@@ -7,7 +7,8 @@
 A check is `ok` (held), `failed` (its problems listed) or `skipped` (too few samples to judge: a short run).
 "Flat": of the samples after the warm-up, the median of the last third is at most (1 + tolerance) × the median
 of the second third plus a slack; a process restarted by a fault, or a Redis emptied by one, starts a new series
-and only the longest series is judged.
+and only the longest series is judged. Redis keys with a TTL are bounded by their rate times the TTL (at most
+MAX_TTL_S), so only the keys without one are judged flat; the total is reported.
 """
 
 from __future__ import annotations

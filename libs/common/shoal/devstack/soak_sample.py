@@ -22,14 +22,9 @@ TIMEOUT_S = 10.0
 
 def rss_mb(pid: int) -> float:
     """Resident set size of a live process in MiB (VmRSS; 0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError):
-        pass
-    return 0.0
+    from shoal.devstack.bench_contenders import peak_rss_mb
+
+    return peak_rss_mb(pid, "VmRSS")
 
 
 async def redis_keys(redis_url: str) -> dict[str, Any]:
