@@ -7,8 +7,9 @@
 A check is `ok` (held), `failed` (its problems listed) or `skipped` (too few samples to judge: a short run).
 "Flat": of the samples after the warm-up, the median of the last third is at most (1 + tolerance) × the median
 of the second third plus a slack; a process restarted by a fault, or a Redis emptied by one, starts a new series
-and only the longest series is judged. Redis keys with a TTL are bounded by their rate times the TTL (at most
-MAX_TTL_S), so only the keys without one are judged flat; the total is reported.
+and only the longest series is judged. Redis keys that expire within an hour are bounded by their rate times
+their TTL (soak_sample.SHORT_TTL_S), so only the lasting ones (no TTL, or a longer one) are judged flat; the total
+is reported.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from shoal.devstack.soak_checks import flatness, lag_problems, longest_run, rebo
 RSS_TOLERANCE, RSS_SLACK_MB = 0.15, 8.0
 KEYS_TOLERANCE, KEYS_SLACK = 0.25, 200
 LAG_BOUND, LAG_FINAL_BOUND = 1000, 50  # messages per consumer group: while faults hit, and once settled
-# the longest TTL Shoal gives a key (the binder's de-duplication marks, shoal.adapters.dedup): keys with a TTL
-# are bounded by their rate times this, so only the keys without one are judged flat
-MAX_TTL_S = 3600
 RECOVERY_S = 180.0  # a fault is recovered once a pod is bound again within this long after it
 
 
@@ -54,7 +52,7 @@ def series(soak: Any) -> dict[str, Any]:
         for name, mb in point["rss_mb"].items():
             rss.setdefault(name, []).append((point["t"], mb, point["pids"].get(name, 0)))
         if point.get("redis"):
-            keys.append((point["t"], point["redis"]["without_ttl"], point["redis_pid"]))
+            keys.append((point["t"], point["redis"]["lasting"], point["redis_pid"]))
         if point.get("lag") is not None:
             lag.append(point["lag"])
     return {"rss": rss, "keys": keys, "lag": lag}
@@ -70,7 +68,6 @@ def judge(soak: Any, *, final: dict, drained: dict, lag_final: dict[str, int], d
     rss_flat = {name: flatness(longest_run(points), warmup_s=warm, tolerance=RSS_TOLERANCE, slack=RSS_SLACK_MB)
                 for name, points in s["rss"].items()}
     keys_flat = flatness(longest_run(s["keys"]), warmup_s=warm, tolerance=KEYS_TOLERANCE, slack=KEYS_SLACK)
-    max_ttls = sorted({p["redis"]["max_ttl_s"] for p in soak.samples if p.get("redis")})
     kinds = Counter(str(d.get("type", "")).rsplit(".", 1)[-1] for d in decisions)
     evictions = Counter((d.get("data") or {}).get("action", "?") for d in decisions
                         if str(d.get("type", "")).endswith(".evicted"))
@@ -88,10 +85,9 @@ def judge(soak: Any, *, final: dict, drained: dict, lag_final: dict[str, int], d
         "rss-flat": _check([f"{n}: last third {f['last_third']} MiB > {f['bound']} MiB" for n, f in rss_flat.items()
                             if f["flat"] is False], skipped=all(f["flat"] is None for f in rss_flat.values()),
                            per_service=rss_flat),
-        "redis-keys-flat": _check(([f"keys without a TTL: last third {keys_flat['last_third']} > {keys_flat['bound']}"]
-                                   if keys_flat["flat"] is False else [])
-                                  + [f"a key expires in {t} s > {MAX_TTL_S} s" for t in max_ttls if t > MAX_TTL_S],
-                                  skipped=keys_flat["flat"] is None, max_ttl_s=max(max_ttls, default=0), **keys_flat),
+        "redis-keys-flat": _check([f"lasting keys: last third {keys_flat['last_third']} > {keys_flat['bound']}"]
+                                  if keys_flat["flat"] is False else [], skipped=keys_flat["flat"] is None,
+                                  **keys_flat),
         "kafka-lag-bounded": _check(lag_problems(s["lag"], lag_final, bound=LAG_BOUND, final_bound=LAG_FINAL_BOUND),
                                     skipped=not s["lag"], final=lag_final),
         "faults-recovered": _check(fault_problems, injected=len(fault_records)),
@@ -123,7 +119,7 @@ def judge(soak: Any, *, final: dict, drained: dict, lag_final: dict[str, int], d
         "series": {"t": [p["t"] for p in soak.samples], "rss_mb": {n: [v for _t, v, _p in pts] for n, pts in
                                                                     s["rss"].items()},
                    "redis_keys": [(p.get("redis") or {}).get("total") for p in soak.samples],
-                   "redis_keys_without_ttl": [(p.get("redis") or {}).get("without_ttl") for p in soak.samples],
+                   "redis_keys_lasting": [(p.get("redis") or {}).get("lasting") for p in soak.samples],
                    "redis_by_kind": [(p.get("redis") or {}).get("by_kind") for p in soak.samples],
                    "lag": [p.get("lag") for p in soak.samples], "load": loads,
                    "jobs_running": [p["jobs_running"] for p in soak.samples],
@@ -161,8 +157,8 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"{name[:11]:<11} " + " ".join(f"{v:>7.1f}" for v in _every(values)))
     lines.append("redis keys  " + " ".join(f"{v if v is not None else '-':>7}" for v in
                                           _every(result["series"]["redis_keys"])))
-    lines.append("  no TTL    " + " ".join(f"{v if v is not None else '-':>7}" for v in
-                                          _every(result["series"]["redis_keys_without_ttl"])))
+    lines.append("  lasting   " + " ".join(f"{v if v is not None else '-':>7}" for v in
+                                          _every(result["series"]["redis_keys_lasting"])))
     lag = [sum(x.values()) if x else None for x in result["series"]["lag"]]
     lines.append("kafka lag   " + " ".join(f"{v if v is not None else '-':>7}" for v in _every(lag)))
     lines += ["", f"{'check':<24} {'status':<8} detail"]

@@ -2,7 +2,7 @@
 and the topic reader for the decision stream.
 
     rss_mb(pid)                                        # VmRSS in MiB (0 when gone)
-    await redis_keys(redis_url)                        # {"total": n, "without_ttl": n, "by_kind": {...}, ...}
+    await redis_keys(redis_url)                        # {"total": n, "lasting": n, "by_kind": {...}, ...}
     await consumer_lag(bootstrap, group_prefix)        # {group: committed-vs-end lag, summed over partitions}
     await read_topic(bootstrap, topic)                 # every record's JSON value, from the beginning
 
@@ -18,6 +18,9 @@ from collections import Counter
 from typing import Any
 
 TIMEOUT_S = 10.0
+# keys that expire within this are bounded by their rate times their TTL (the binder's de-duplication marks: 1 h,
+# superseded snapshots: 5 min); the others (no TTL, or the usage history's week) are the ones judged flat
+SHORT_TTL_S = 3600
 
 
 def rss_mb(pid: int) -> float:
@@ -43,19 +46,18 @@ async def redis_keys(redis_url: str) -> dict[str, Any]:
                 pipe.pttl(name)
             ttls += [int(t) for t in await pipe.execute()]
         kinds: Counter[str] = Counter()
-        lasting: Counter[str] = Counter()  # keys without a TTL: only these can pile up for ever
+        lasting: Counter[str] = Counter()  # no TTL, or one longer than a soak: these must not pile up
         for raw, ttl in zip(names, ttls, strict=True):
             parts = raw.decode(errors="replace").split(":")
             kind = parts[1] if len(parts) > 1 and parts[0] == keys.PREFIX else "(other)"
             kinds[kind] += 1
-            if ttl == -1:
+            if ttl == -1 or ttl > SHORT_TTL_S * 1000:
                 lasting[kind] += 1
         inflight = 0
         async for raw in client.scan_iter(match=keys.inflight_pattern(), count=100):
             inflight += int(await client.hlen(raw))
-        return {"total": len(names), "without_ttl": sum(lasting.values()), "max_ttl_s": max(ttls, default=0) // 1000,
-                "by_kind": dict(sorted(kinds.items())), "without_ttl_by_kind": dict(sorted(lasting.items())),
-                "inflight": inflight}
+        return {"total": len(names), "lasting": sum(lasting.values()), "by_kind": dict(sorted(kinds.items())),
+                "lasting_by_kind": dict(sorted(lasting.items())), "inflight": inflight}
     finally:
         await client.aclose()
 
