@@ -66,6 +66,12 @@ class FairShare:
             return
         wait = self.last_at.get(shard, float("-inf")) + self.min_interval_s - time.monotonic()
         if wait > 0:  # the announcements that arrive meanwhile are planned already: compute the newest once
+            # but first: an announcement of an older chain (one before the latest base) is not skipped by its
+            # revision above; when the newest revision is computed already it must not wait the interval out
+            # (one stale announcement a second is fewer than arrive under churn: the lag would grow for ever)
+            latest = await self.snapshots.read(shard)
+            if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
+                return
             await asyncio.sleep(wait)
         self.last_at[shard] = time.monotonic()
         latest = await self.snapshots.read(shard)

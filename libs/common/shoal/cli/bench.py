@@ -18,6 +18,7 @@ import sys
 import time
 
 from shoal.cli.bench_report import load_snapshot, measure, table
+from shoal.cli.bench_soak import add_arguments as add_soak_arguments
 from shoal.cli.manifests import ManifestError
 from shoal.core.model import (
     FractionRequest,
@@ -242,11 +243,12 @@ def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_cou
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (core cycle time on generated clusters)")
-    parser.add_argument("target", choices=["core", "reclaim", "e2e", "snapshot"],
+    parser.add_argument("target", choices=["core", "reclaim", "e2e", "snapshot", "soak"],
                         help="what to benchmark (reclaim: shoal.cli.bench_reclaim, sizes default 500,1000; "
                              "e2e: the running stack from $SHOAL_KUBECONFIG…, Shoal vs kube-scheduler; "
                              "snapshot: --files through the snapshotter's translation, Redis and Kafka to the "
-                             "planner service, no apiserver)")
+                             "planner service, no apiserver; soak: churn with faults on the running stack, "
+                             "then invariant checks, shoal.cli.bench_soak)")
     parser.add_argument("--churn", type=int, default=10,
                         help="snapshot: pods bound, pods gone and pods created between two cycles, each")
     parser.add_argument("--pods", type=int, default=1000,
@@ -272,6 +274,7 @@ def add_parser(subparsers) -> None:
                              "clusters) instead of the generated sizes")
     parser.add_argument("--now", default="2026-01-01T00:00:00Z", help="core --files: the cycle's time (RFC3339)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_soak_arguments(parser)
     parser.add_argument(
         "--clock",
         choices=["wall", "cpu"],
@@ -286,6 +289,10 @@ def run(args: argparse.Namespace) -> int:
         return _run_e2e(args)
     if args.target == "snapshot":
         return _run_snapshot(args)
+    if args.target == "soak":
+        from shoal.cli.bench_soak import run_soak
+
+        return run_soak(args)
     if args.target == "reclaim":  # core II: the reclaim benchmark lives in its own module
         from shoal.cli.bench_reclaim import run_reclaim
 

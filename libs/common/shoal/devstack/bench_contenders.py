@@ -46,12 +46,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mb(pid: int) -> float:
-    """The peak resident set size of a live process in MiB (VmHWM; 0 when it is gone)."""
+def peak_rss_mb(pid: int, field: str = "VmHWM") -> float:
+    """The peak resident set size of a live process in MiB (VmHWM; 0 when it is gone); `field="VmRSS"`: the
+    current one."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as handle:
             for line in handle:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return round(int(line.split()[1]) / 1024, 1)
     except (OSError, ValueError):
         pass
