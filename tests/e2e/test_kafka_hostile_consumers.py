@@ -5,7 +5,9 @@ field are dead-lettered to `<topic>.dlq` by each group with a `kafka_message_dea
 an observer without a group, skips them with `decision_unreadable`); the services stay up, the good records
 after the bad ones are handled and each group's committed offset moves past all of them.
 
-The records use a shard no test has (`pool-fuzz-…`), so the other tests sharing the services see nothing.
+The records use a shard no test has (`pool-fuzz-…`), so the other tests sharing the services see nothing; the
+api here is one of this module's own, on a decision topic of its own (the other tests read the shared decision
+topic from the start and check every event against its JSON Schema).
 """
 
 from __future__ import annotations
@@ -44,9 +46,12 @@ def hostile(whole: bytes, doc: dict) -> list[bytes]:
             json.dumps({k: v for k, v in doc.items() if k != "shard"}).encode()]
 
 
+OWN_PREFIX = f"fuzz{uuid.uuid4().hex[:6]}."  # this module's api and decision topic
+
+
 @pytest.fixture(scope="module")
 def api_url(shoal: Any, stack: Any) -> Iterator[str]:
-    yield from api_service(shoal, stack)
+    yield from api_service(shoal, stack, SHOAL_TOPIC_PREFIX=OWN_PREFIX)
 
 
 async def committed(kafka: KafkaSettings, group_id: str, tp: TopicPartition) -> int:
@@ -90,7 +95,7 @@ async def test_every_consumer_dead_letters_hostile_records_and_goes_on(shoal: An
     plan = PlanIssued(meta=new_meta("planner", revision=1, id=f"plan-{shard}"), shard=shard, plan_id=f"plan-{shard}",
                       revision=1, ops=(Bind(pod=f"{shard}/p", pod_uid="u-fuzz", node=f"{shard}-n1"),))
     snapshots, plans = topics.SNAPSHOTS.full(shoal.topic_prefix), topics.PLANS.full(shoal.topic_prefix)
-    decisions = topics.DECISIONS.full(shoal.topic_prefix)
+    decisions = topics.DECISIONS.full(OWN_PREFIX)
     cases = {snapshots: (msgspec.json.encode(snapshot), msgspec.to_builtins(snapshot), ["shoal-planner",
                                                                                           "shoal-fairshare"]),
              plans: (msgspec.json.encode(plan), msgspec.to_builtins(plan), ["shoal-binder"])}
