@@ -269,6 +269,9 @@ class SnapshotReader:
         # The base is most of a planner's heap (millions of objects at 4,000 nodes) and lives until the next
         # base: kept out of the cyclic GC's reach, a full collection no longer rescans it (~0.8 s each, at
         # unpredictable moments of a cycle). Its objects are still freed by reference counting when dropped.
+        # Collected first, everything frozen before included: cyclic garbage frozen would never be freed.
+        gc.unfreeze()
+        gc.collect()
         gc.freeze()
         self.bases_read += 1
         if latest > base_rev and not await self._follow(shard, current, latest):
