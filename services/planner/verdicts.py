@@ -17,7 +17,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 from shoal.adapters.verdicts import Verdict
-from shoal.core.model import PodGroup
+from shoal.core.model import PodGroup, group_order
 from shoal.core.plan import Bind, ClearCondition, Pipeline, Plan, SetCondition
 
 
@@ -39,12 +39,8 @@ class SnapshotGroups(Container[str]):
         if not isinstance(key, str):
             return False
         namespace, _, name = key.partition("/")
-        at = bisect_left(self.groups, (namespace, name), key=_group_order)
-        return at < len(self.groups) and _group_order(self.groups[at]) == (namespace, name)
-
-
-def _group_order(group: PodGroup) -> tuple[str, str]:
-    return group.namespace, group.name
+        at = bisect_left(self.groups, (namespace, name), key=group_order)
+        return at < len(self.groups) and group_order(self.groups[at]) == (namespace, name)
 
 
 def verdict_changes(plan: Plan, known: Mapping[str, Verdict], *, pod_groups: Container[str], now_s: float,

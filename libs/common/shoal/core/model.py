@@ -299,6 +299,16 @@ def make_snapshot(
 
 
 _BY_NAME = attrgetter("name")
+
+
+def pod_order(pod: Pod) -> tuple[str, str, str]:
+    """A pod's place in a Snapshot's sorted pods."""
+    return pod.namespace, pod.name, pod.uid
+
+
+def group_order(group: PodGroup) -> tuple[str, str]:
+    """A PodGroup's place in a Snapshot's sorted pod groups."""
+    return group.namespace, group.name
 _NUL = "\0"
 
 

@@ -22,16 +22,11 @@ import msgspec
 
 from shoal.core.ingest.key_order import KeyOrder
 from shoal.core.ingest.pods import gpu_groups_of
-from shoal.core.model import LABEL_GPU_GROUP, Pod, PodGroup
+from shoal.core.model import LABEL_GPU_GROUP, Pod, PodGroup, pod_order
 
 
-def pod_order(entry) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
-    pod = entry.pod
-    return pod.namespace, pod.name, pod.uid
-
-
-def _counted_order(pod: Pod) -> tuple[str, str, str]:
-    return pod.namespace, pod.name, pod.uid
+def _entry_order(entry) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+    return pod_order(entry.pod)
 
 
 def counted(entry, managed: frozenset[str], require_podgroup: bool,  # type: ignore[no-untyped-def]
@@ -65,7 +60,7 @@ def placed(pod: Pod, node: str, gpu_groups: tuple[str, ...]) -> Pod:
 
 @dataclass
 class PodAssembly:
-    order: KeyOrder = field(default_factory=lambda: KeyOrder(pod_order))
+    order: KeyOrder = field(default_factory=lambda: KeyOrder(_entry_order))
     settings: tuple[frozenset[str], bool] | None = None  # (scheduler names, require_podgroup) of the kept pods
     kept: dict[str, Pod] = field(default_factory=dict)  # uid → the pod as counted (pods left out: absent)
     depends: dict[str, str] = field(default_factory=dict)  # uid → the PodGroup key its counted form read
@@ -120,7 +115,7 @@ class PodAssembly:
             return pods
         out = list(pods)
         for pod in changes.values():
-            at = bisect_left(out, _counted_order(pod), key=_counted_order)
+            at = bisect_left(out, pod_order(pod), key=pod_order)
             out[at] = pod
         return out
 

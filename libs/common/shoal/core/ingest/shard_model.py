@@ -35,6 +35,7 @@ from shoal.core.model import (
     PriorityClass,
     Queue,
     Topology,
+    group_order,
     make_snapshot,
 )
 from shoal.core.podgrouper import (
@@ -162,16 +163,12 @@ def entry_of(obj: Mapping, *, now: str, class_names: Iterable[str] = ()) -> obje
     raise IngestError("kind", f"{kind!r} is not kept in a shard's snapshot")
 
 
-def _group_order(group: PodGroup) -> tuple[str, str]:
-    return group.namespace, group.name
-
-
 @dataclass
 class _Kept:
     """What `assemble` keeps between cycles for one model, and the pod/PodGroup keys changed since."""
 
     pods: PodAssembly = field(default_factory=PodAssembly)
-    groups: KeyOrder = field(default_factory=lambda: KeyOrder(_group_order))
+    groups: KeyOrder = field(default_factory=lambda: KeyOrder(group_order))
     touched_pods: set[str] = field(default_factory=set)
     touched_groups: set[str] = field(default_factory=set)
 
@@ -243,9 +240,9 @@ def _with_generated(groups: list[PodGroup], generated: list[PodGroup]) -> list[P
     if not generated:
         return groups
     if len(generated) * REBUILD_FRACTION > len(groups):
-        return sorted([*groups, *generated], key=_group_order)
+        return sorted([*groups, *generated], key=group_order)
     for group in generated:
-        insort(groups, group, key=_group_order)
+        insort(groups, group, key=group_order)
     return groups
 
 
