@@ -48,6 +48,9 @@ def _uncaptured(config: pytest.Config) -> Iterator[None]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests that use the stack, and build a cold cache now, before any test's timeout starts."""
+    from shoal.devstack.bytecode import ensure_bytecode
+
+    ensure_bytecode()  # the service processes tests launch start from bytecode (PYTHONDONTWRITEBYTECODE=1)
     needing = [item for item in items if _uses_stack(item)]
     for item in needing:
         item.add_marker(pytest.mark.stack)

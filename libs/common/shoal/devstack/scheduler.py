@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from shoal.devstack.bytecode import ensure_bytecode
 from shoal.devstack.procs import ProcessSpec, free_port, launch, stop_process, wait_ready
 
 SERVICES = ("snapshotter", "podgrouper", "fairshare", "planner", "binder", "nodeagent", "admission", "api")
@@ -44,6 +45,7 @@ def _ready(port: int) -> bool:
 
 
 def service_spec(name: str, env: Mapping[str, str], *, port: int | None = None) -> ProcessSpec:
+    ensure_bytecode()  # else each launch compiles its imports from source (PYTHONDONTWRITEBYTECODE=1)
     port = port or free_port()
     full = {
         **env,
