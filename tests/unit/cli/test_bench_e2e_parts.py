@@ -17,6 +17,7 @@ from shoal.devstack.bench_stats import (
     latency_figures,
     median,
     percentile,
+    ready_latencies,
     summarise,
     table,
 )
@@ -41,6 +42,19 @@ def test_figures_by_kind_split_the_mix_and_skip_pods_never_bound():
     assert figures == {"fraction_p50_ms": 120.0, "fraction_p99_ms": 120.0, "gang_p50_ms": 300.0,
                        "gang_p99_ms": 300.0, "whole_p50_ms": 50.0, "whole_p99_ms": 50.0}
     assert figures_by_kind(plans, {}) == {}
+
+
+def test_a_gang_member_is_ready_when_its_gangs_last_member_is_created_other_pods_when_they_are():
+    plans = pod_mix(10, "s")  # s-0..s-3 a gang of four, s-4..s-6 whole, s-7..s-9 fractions
+    created = {p.name: float(i) for i, p in enumerate(plans)}  # one a second: the gang is whole at 3.0
+    bound = {p.name: 3.5 if p.kind == "gang" else created[p.name] + 0.25 for p in plans}
+    del bound["s-9"]  # never bound: not counted
+    ready = ready_latencies(plans, created, bound)
+    assert {n: ready[n] for n in ("s-0", "s-1", "s-2", "s-3")} == dict.fromkeys(("s-0", "s-1", "s-2", "s-3"), 500.0)
+    assert ready["s-4"] == ready["s-8"] == 250.0 and "s-9" not in ready
+    assert ready_latencies(plans, created, {}) == {}
+    no_gangs = [p for p in plans if p.kind != "gang"]  # plans that name no gang: create → bound for every pod
+    assert ready_latencies(no_gangs, created, bound) == {n: (bound[n] - created[n]) * 1000 for n in bound}
 
 
 def test_alternation_changes_who_leads_and_who_follows_whom():

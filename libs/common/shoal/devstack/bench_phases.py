@@ -33,7 +33,7 @@ from shoal.devstack.bench_pods import (
     podgroup_manifest,
     queue_manifest,
 )
-from shoal.devstack.bench_stats import figures_by_kind, latency_figures, rate
+from shoal.devstack.bench_stats import figures_by_kind, latency_figures, rate, ready_figures, ready_latencies
 from shoal.devstack.bench_watcher import BoundLog, watcher_spec
 from shoal.devstack.procs import launch, stop_process, wait_ready
 from shoal.errors import NotFoundError, TransientError
@@ -295,7 +295,8 @@ async def steady(bench: Bench, scheduler: str, pods_per_s: float, duration_s: fl
         starts = sorted(created.values())
         latencies = {n: (log.bound[n] - t) * 1000 for n, t in created.items() if n in log.bound}
         figures = {"achieved_rate": rate(len(starts) - 1, starts[-1] - starts[0]) if len(starts) > 1 else 0.0,
-                   **latency_figures(list(latencies.values())), **figures_by_kind(plans, latencies)}
+                   **latency_figures(list(latencies.values())), **figures_by_kind(plans, latencies),
+                   **ready_figures(list(ready_latencies(plans if flavour == "shoal" else (), created, log.bound).values()))}
         return _record("steady", scheduler, arena, plans, log.bound, figures, measured, rate=pods_per_s,
                        duration_s=duration_s, startup_s=round(running.ready_at - running.launched_at, 3))
     finally:
