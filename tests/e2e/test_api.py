@@ -102,6 +102,9 @@ async def test_explain_a_pending_gang(api_url, kube, namespace, queue, node_pool
     async def pending():
         status, body = await get_json(f"{api_url}/v1/explain/{namespace}/quint-0")
         ok = status == 200 and body["status"] == "pending" and body["queueFigures"]
+        # the verdict comes from the binder's condition, the figures from the fairshare service's latest
+        # publication (`fairShareRevision`), which may be of a revision before all five pods and both nodes
+        ok = ok and body["queueFigures"]["gpu"]["request"] == 5 and body["queueFigures"]["gpu"]["fairShare"] == 4
         return body if ok and body["schedulingConditions"] else None  # the binder wrote the condition
 
     answer = await eventually(pending, timeout_s=90, what="explain to say the gang is pending")
