@@ -309,6 +309,8 @@ def pod_order(pod: Pod) -> tuple[str, str, str]:
 def group_order(group: PodGroup) -> tuple[str, str]:
     """A PodGroup's place in a Snapshot's sorted pod groups."""
     return group.namespace, group.name
+
+
 _NUL = "\0"
 
 

@@ -296,7 +296,9 @@ async def steady(bench: Bench, scheduler: str, pods_per_s: float, duration_s: fl
         latencies = {n: (log.bound[n] - t) * 1000 for n, t in created.items() if n in log.bound}
         figures = {"achieved_rate": rate(len(starts) - 1, starts[-1] - starts[0]) if len(starts) > 1 else 0.0,
                    **latency_figures(list(latencies.values())), **figures_by_kind(plans, latencies),
-                   **ready_figures(list(ready_latencies(plans if flavour == "shoal" else (), created, log.bound).values()))}
+                   # kube-scheduler binds gang members alone: its ready → bound is its create → bound
+                   **ready_figures(list((ready_latencies(plans, created, log.bound) if flavour == "shoal"
+                                         else latencies).values()))}
         return _record("steady", scheduler, arena, plans, log.bound, figures, measured, rate=pods_per_s,
                        duration_s=duration_s, startup_s=round(running.ready_at - running.launched_at, 3))
     finally:

@@ -54,8 +54,7 @@ def figures_by_kind(plans: Sequence[Any], latencies_ms: dict[str, float]) -> dic
 def ready_latencies(plans: Sequence[Any], created: dict[str, float], bound: dict[str, float]) -> dict[str, float]:
     """Ready → bound per bound pod, ms: a pod is ready when it is created, a gang member when the last member
     of its gang is (before that no gang scheduler may bind it). What the scheduler adds, apart from the wait a
-    gang's arrival imposes by construction. kube-scheduler has no gangs: its phase passes no plans, so its
-    figures are create → bound."""
+    gang's arrival imposes by construction. kube-scheduler has no gangs: its phase reports create → bound."""
     ready = dict(created)
     groups: dict[str, list[str]] = {}
     for plan in plans:

@@ -16,7 +16,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[4]
+from shoal.devstack.paths import REPO
 
 
 def source_dirs() -> list[Path]:

@@ -11,6 +11,7 @@ KAFKA_VERSION = os.environ.get("SHOAL_KAFKA_VERSION", "4.1.1")
 COREDNS_VERSION = os.environ.get("SHOAL_COREDNS_VERSION", "v1.14.7")
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "sh"
+REPO = Path(__file__).resolve().parents[4]  # the checkout: services/, deploy/, libs/
 
 
 def cache_dir() -> Path:

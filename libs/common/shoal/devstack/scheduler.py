@@ -19,10 +19,10 @@ from pathlib import Path
 import yaml
 
 from shoal.devstack.bytecode import ensure_bytecode
+from shoal.devstack.paths import REPO
 from shoal.devstack.procs import ProcessSpec, free_port, launch, stop_process, wait_ready
 
 SERVICES = ("snapshotter", "podgrouper", "fairshare", "planner", "binder", "nodeagent", "admission", "api")
-REPO = Path(__file__).resolve().parents[4]
 BASE = REPO / "deploy" / "k8s" / "base"
 BASE_FILES = (
     "crds/scheduling.run.ai_queues.yaml",
