@@ -20,6 +20,7 @@ from shoal.adapters.usage_history import UsageHistory, UsageSource
 from shoal.core.context import Context
 from shoal.core.cycle import queue_figures
 from shoal.core.ingest.shard_model import assemble
+from shoal.core.kept_pass import KeptPass
 from shoal.core.session import Session
 from shoal.logging import get_logger
 from shoal.messages import topics
@@ -47,6 +48,7 @@ class FairShare:
     min_interval_s: float = 1.0  # at most one computation per shard this often (cycles come every few ms)
     progress: Progress = field(default_factory=Progress)  # the revision computed last, per shard
     last_at: dict[str, float] = field(default_factory=dict)
+    kept: dict[str, KeptPass] = field(default_factory=dict)  # each shard's pod pass, kept between revisions
 
     def __post_init__(self) -> None:
         self._share = self.metrics.gauge("queue_fair_share", "Fair share per queue and resource "
@@ -82,7 +84,7 @@ class FairShare:
         usage = await source.usage(shard, now_s=at_s) if source is not None else {}
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
                           config_doc=with_usage(None, usage), require_podgroup=latest.require_podgroup)
-        ctx = Context(Session(result.snapshot))
+        ctx = Context(Session(result.snapshot, kept=self.kept.setdefault(shard, KeptPass())))
         figures = tuple(queue_figures(ctx))
         capacity = {"gpu": ctx.total.gpu_milli, "cpu": ctx.total.cpu_milli, "memory": ctx.total.memory_bytes}
         if self.history is not None:

@@ -26,6 +26,7 @@ from shoal.adapters.usage_history import UsageSource
 from shoal.adapters.verdicts import PublishedVerdicts
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest.shard_model import assemble
+from shoal.core.kept_pass import KeptPass
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
 from shoal.core.sharing_mode import DEFAULT_MODE, with_sharing_mode
 from shoal.logging import get_logger
@@ -57,6 +58,7 @@ class Planner:
     verdicts: PublishedVerdicts | None = None  # pending verdicts published last (None: every cycle's, as before)
     verdict_reassert_s: float = 600.0  # an unchanged verdict is published again after this long (0: never)
     progress: Progress = field(default_factory=Progress)  # the revision planned last, per shard
+    kept: dict[str, KeptPass] = field(default_factory=dict)  # each shard's pod pass, kept between cycles
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -87,7 +89,7 @@ class Planner:
             self._problems.labels(shard).inc()
             log.warning("scheduler_config_problem", shard=shard, field=problem.field, problem=problem.message)
         await self._check_fairshare(shard, latest.revision)
-        plan = run_cycle(result.snapshot)
+        plan = run_cycle(result.snapshot, kept=self.kept.setdefault(shard, KeptPass()))
         await self.inflight.add(shard, inflight_entries(plan, now_s=time.time(), ttl_s=self.inflight_ttl_s))
         issued = PlanIssued(meta=new_meta("planner", revision=latest.revision, id=plan.plan_id), shard=shard,
                             plan_id=plan.plan_id, revision=latest.revision, ops=plan.ops, queues=plan.queues)

@@ -25,6 +25,7 @@ from shoal.core import (
 )
 from shoal.core.context import Context
 from shoal.core.gpusharing import portion_text, received_memory_mib
+from shoal.core.kept_pass import KeptPass
 from shoal.core.model import ANNOTATION_LAST_START, Snapshot
 from shoal.core.plan import (
     Annotate,
@@ -210,25 +211,28 @@ def queue_figures(ctx: Context) -> list[QueueFigures]:
 
 
 def run_cycle_timed(
-    snapshot: Snapshot, timer: Callable[[], float] | None = None, *, eager_jobs: bool = False
+    snapshot: Snapshot, timer: Callable[[], float] | None = None, *, eager_jobs: bool = False,
+    kept: KeptPass | None = None,
 ) -> tuple[Plan, CycleTimings]:
     """`eager_jobs=True` makes every job while building the session instead of on first use (the same
-    plan, slower: the reference the lazy build is tested against)."""
+    plan, slower: the reference the lazy build is tested against). `kept`: the pod pass kept from the
+    shard's earlier cycles (`kept_pass.KeptPass`, brought up to date by this one; the same plan)."""
     # The cycle allocates ~1 object per pod and frees nothing until it ends: the cyclic GC would rescan
     # the whole snapshot many times (2/3 of the build time at 140k pods), so it is paused for the cycle.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run(snapshot, timer, eager_jobs)
+        return _run(snapshot, timer, eager_jobs, kept)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool) -> tuple[Plan, CycleTimings]:
+def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool,
+         kept: KeptPass | None) -> tuple[Plan, CycleTimings]:
     clock = timer if timer is not None else (lambda: 0.0)
     t0 = clock()
-    session = Session(snapshot, eager_jobs=eager_jobs)
+    session = Session(snapshot, eager_jobs=eager_jobs, kept=kept)
     ctx = Context(session)
     t1 = clock()
     durations: dict[str, float] = {}
@@ -251,5 +255,6 @@ def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool
     return plan, timings
 
 
-def run_cycle(snapshot: Snapshot, timer: Callable[[], float] | None = None, *, eager_jobs: bool = False) -> Plan:
-    return run_cycle_timed(snapshot, timer, eager_jobs=eager_jobs)[0]
+def run_cycle(snapshot: Snapshot, timer: Callable[[], float] | None = None, *, eager_jobs: bool = False,
+              kept: KeptPass | None = None) -> Plan:
+    return run_cycle_timed(snapshot, timer, eager_jobs=eager_jobs, kept=kept)[0]

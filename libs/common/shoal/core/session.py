@@ -8,15 +8,20 @@ Queue figures are [cpu_milli, memory_bytes, gpu_milli] lists, the order of `reso
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from functools import lru_cache, partial
 from itertools import compress, groupby
 from operator import attrgetter, is_
+from typing import TYPE_CHECKING
 
 from shoal.core import model
 from shoal.core.model import Node, Pod, PodGroup, Queue, Snapshot
 from shoal.core.sharing_mode import TIME_SLICING
+
+if TYPE_CHECKING:
+    from shoal.core.kept_pass import KeptPass
 
 # task states
 PENDING = 0
@@ -65,6 +70,12 @@ class GpuGroup:
         self.index = index
         self.pipelined = False  # opened by a pipelined placement: whoever joins it is pipelined too
         self.mode: str | None = None  # compute mode of its pods (KAI v0.18); None reads as time-slicing
+
+    def copy(self) -> GpuGroup:
+        other = GpuGroup(self.id, self.index, self.new)
+        other.used, other.releasing, other.members = self.used, self.releasing, self.members
+        other.active_members, other.pipelined, other.mode = self.active_members, self.pipelined, self.mode
+        return other
 
 
 class NodeState:
@@ -257,6 +268,51 @@ def _leaf_for(root: SubGroupNode, name: str | None) -> SubGroupNode:
     return n
 
 
+def occupy_node(node: NodeState, pod: Pod, res_ns: str, releasing: bool = False) -> None:
+    """Count a pod on its node (releasing: its room is being freed); a shared GPU group is made on first use."""
+    releasing = releasing or pod.deleting
+    if releasing:
+        node.rel_cpu += pod.cpu_milli
+        node.rel_mem += pod.memory_bytes
+        node.rel_pods += 1
+    node.idle_cpu -= pod.cpu_milli
+    node.idle_mem -= pod.memory_bytes
+    node.idle_pods -= 1
+    if pod.gpu_groups:
+        is_reservation = pod.namespace == res_ns
+        frac = pod.fraction
+        share = 0
+        if not is_reservation and frac is not None:
+            if frac.portion_milli is not None:
+                share = frac.portion_milli
+            else:
+                mem = node.gpu_mem or GPU_MEMORY_PLACEHOLDER_MIB
+                share = -(-(frac.gpu_memory_mib or 0) * DEVICE_MILLI // mem)
+        for gid in pod.gpu_groups:
+            g = node.groups.get(gid)
+            if g is None:
+                g = GpuGroup(gid, len(node.groups))
+                node.groups[gid] = g
+                node.idle_gpus -= 1
+            if is_reservation:
+                if pod.compute_mode:  # the reservation pod's mode is the group's (binder writes it)
+                    g.mode = pod.compute_mode
+                continue
+            if g.mode is None:
+                g.mode = pod.compute_mode or TIME_SLICING
+            g.used += share
+            g.members += 1
+            if releasing:
+                g.releasing += share
+            else:
+                g.active_members += 1
+        return
+    if pod.gpus:
+        node.idle_gpus -= pod.gpus
+        if releasing:
+            node.rel_gpus += pod.gpus
+
+
 class JobIndex(Mapping[str, Job]):
     """The cycle's jobs by "ns/name", each made (Job, subgroup tree, Tasks) the first time it is asked for.
 
@@ -287,6 +343,7 @@ class JobIndex(Mapping[str, Job]):
         self.count = sum(map(len, self.index.values()))
         self.first: list[Pod | None] = [None] * len(groups)  # the group's first pod (snapshot order)
         self.more: dict[int, list[Pod]] = {}  # its further pods
+        self.members: Mapping[str, list[Pod]] | None = None  # instead: "ns/name" → its pods (a kept pass)
         self.made: dict[int, Job] = {}  # group position -> job, in the order they were made
 
     def position(self, key: str) -> int | None:
@@ -310,6 +367,8 @@ class JobIndex(Mapping[str, Job]):
 
     def pods_of(self, position: int) -> list[Pod]:
         """The PodGroup's pods that count this cycle (not finished, on no node or a node of the shard)."""
+        if self.members is not None:
+            return list(self.members.get(self.groups[position].key, ()))
         first = self.first[position]
         if first is None:
             return []
@@ -335,9 +394,11 @@ class Session:
     """Everything the actions read and the statement mutates during one cycle.
 
     `eager_jobs=True` makes every job during the build (the reference the lazy build is tested against).
+    `kept`: the pod pass of the previous cycles (`kept_pass.KeptPass`), brought up to date instead of a
+    pass over every pod; the session it fills equals the one this pass builds.
     """
 
-    def __init__(self, snapshot: Snapshot, *, eager_jobs: bool = False) -> None:
+    def __init__(self, snapshot: Snapshot, *, eager_jobs: bool = False, kept: KeptPass | None = None) -> None:
         self.snapshot = snapshot
         self.config = snapshot.config
         self.now = epoch_of(snapshot.now)
@@ -350,8 +411,8 @@ class Session:
         self.orphan_pods: list[Pod] = []  # pending pods with no PodGroup
         self.dirty: list[int] = []  # indices of nodes changed by the statement, in order (node index)
         self.pending_jobs: list[Job] = []  # jobs with a pending or gated task, by key
-        # one entry per running pod of a preemptible job: the job's position (victims.VictimPool counts them)
-        self.running_preemptible: list[int] = []
+        # running pods of each preemptible job a victim search may take, by the job's position (VictimPool)
+        self.running_preemptible: Mapping[int, int] = {}
         self.semi_positions: list[int] = []  # semi-preemptible PodGroups (their jobs are made up front)
         self.stale_cores: list[str] = []
         self.cores_counted = False  # semipreemptible.count_cores ran (the first Context on this session)
@@ -364,7 +425,8 @@ class Session:
         # own (not rolled-up) figures per queue: [request, allocated, allocated non-preemptible]
         self.own: dict[str, list[list[int]]] = {n: [[0, 0, 0], [0, 0, 0], [0, 0, 0]] for n in self.queues}
         self.jobs = JobIndex(self, snapshot.pod_groups)
-        self._place_pods(snapshot, eager_jobs)
+        if eager_jobs or kept is None or not kept.fill(self):
+            self._place_pods(snapshot, eager_jobs)
 
     # ---- build ---------------------------------------------------------------------------------
     def _build_queues(self, queues: tuple[Queue, ...]) -> None:
@@ -415,10 +477,10 @@ class Session:
         first, more = index.first, index.more
         find_node = self.node_by_name.get
         find_own = self.own.get
-        occupy = self._occupy
+        occupy = occupy_node
         priorities, default_priority = self._priorities, self._default_priority
         np_priority = model.NON_PREEMPTIBLE_PRIORITY
-        candidates = self.running_preemptible
+        candidates: list[int] = []  # a job's position per running pod a victim search may take
         res_ns = self.config.reservation_namespace
         pending: set[int] = set()  # jobs made up front: a pending pod, or a pod no eviction may take (PDB)
         marked: set[int] = set()  # jobs with subgroups, a condition, a stale stamp or a gang minimum
@@ -506,6 +568,15 @@ class Session:
                     np[0] += c
                     np[1] += m
                     np[2] += gf
+        self.running_preemptible = Counter(candidates)
+        unpodded = list(compress(range(len(groups)), map(_is_none, index.first)))
+        self.finish(pending, marked, semi, unpodded, eager_jobs)
+
+    def finish(self, pending: set[int], marked: set[int], semi: set[int], unpodded: list[int],
+               eager_jobs: bool) -> None:
+        """After the pod pass: queue figures rolled up, the jobs made up front. `pending`, `marked`, `semi`:
+        the positions the pass found (see `_place_pods`); `unpodded`: PodGroups without live pods."""
+        index, groups = self.jobs, self.jobs.groups
         for name, (req, alloc, np) in self.own.items():
             req[0] += alloc[0]  # a running pod is requested and allocated
             req[1] += alloc[1]
@@ -519,15 +590,15 @@ class Session:
             semi &= set(index.positions())
         self.semi_positions = sorted(semi)
         # PodGroups without live pods that still show core pods: their corePods are cleared
-        self.stale_cores = sorted(groups[gi].key for gi in compress(range(len(groups)), map(_is_none, index.first))
-                                  if groups[gi].core_pods)
-        up_front = index.positions() if eager_jobs else self._read_up_front(groups, pending | semi, marked)
+        self.stale_cores = sorted(groups[gi].key for gi in unpodded if groups[gi].core_pods)
+        up_front = index.positions() if eager_jobs else self._read_up_front(groups, pending | semi, marked, unpodded)
         for gi in sorted(up_front):
             index.job_at(gi)
         made = index.made
         self.pending_jobs = sorted((made[gi] for gi in pending), key=lambda j: j.key)
 
-    def _read_up_front(self, groups: tuple[PodGroup, ...], pending: set[int], marked: set[int]) -> set[int]:
+    def _read_up_front(self, groups: tuple[PodGroup, ...], pending: set[int], marked: set[int],
+                       unpodded: list[int]) -> set[int]:
         """Positions of the jobs made during the build (see JobIndex)."""
         index = self.jobs
         out = set(pending)
@@ -540,7 +611,7 @@ class Session:
             if 0 < on_node < g.min_member:  # a gang below its minimum: stale gang eviction reads it
                 out.add(gi)
         # a PodGroup without live pods still has its stale stamp cleared (and a condition is harmless)
-        for gi in compress(range(len(groups)), map(_is_none, index.first)):
+        for gi in unpodded:
             g = groups[gi]
             if g.stale_timestamp or g.condition_reason or g.subgroups:
                 out.add(gi)
@@ -588,49 +659,6 @@ class Session:
                 leaf.active += 1
                 job.allocated_at_start += 1
         return job
-
-    def _occupy(self, node: NodeState, pod: Pod, res_ns: str, releasing: bool = False) -> None:
-        releasing = releasing or pod.deleting
-        if releasing:
-            node.rel_cpu += pod.cpu_milli
-            node.rel_mem += pod.memory_bytes
-            node.rel_pods += 1
-        node.idle_cpu -= pod.cpu_milli
-        node.idle_mem -= pod.memory_bytes
-        node.idle_pods -= 1
-        if pod.gpu_groups:
-            is_reservation = pod.namespace == res_ns
-            frac = pod.fraction
-            share = 0
-            if not is_reservation and frac is not None:
-                if frac.portion_milli is not None:
-                    share = frac.portion_milli
-                else:
-                    mem = node.gpu_mem or GPU_MEMORY_PLACEHOLDER_MIB
-                    share = -(-(frac.gpu_memory_mib or 0) * DEVICE_MILLI // mem)
-            for gid in pod.gpu_groups:
-                g = node.groups.get(gid)
-                if g is None:
-                    g = GpuGroup(gid, len(node.groups))
-                    node.groups[gid] = g
-                    node.idle_gpus -= 1
-                if is_reservation:
-                    if pod.compute_mode:  # the reservation pod's mode is the group's (binder writes it)
-                        g.mode = pod.compute_mode
-                    continue
-                if g.mode is None:
-                    g.mode = pod.compute_mode or TIME_SLICING
-                g.used += share
-                g.members += 1
-                if releasing:
-                    g.releasing += share
-                else:
-                    g.active_members += 1
-            return
-        if pod.gpus:
-            node.idle_gpus -= pod.gpus
-            if releasing:
-                node.rel_gpus += pod.gpus
 
     # ---- queue accounting ------------------------------------------------------------------------
     def account(self, task: Task, sign: int) -> None:

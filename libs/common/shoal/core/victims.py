@@ -16,7 +16,6 @@ PodGroup, then uid descending.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from shoal.core.model import PodGroup
@@ -211,7 +210,7 @@ class VictimPool:
         made = self.index.made
         priority_of = session.priority_of
         by_queue = self.by_queue
-        for gi, running in Counter(session.running_preemptible).items():
+        for gi, running in session.running_preemptible.items():
             if gi in made:
                 continue
             g = groups[gi]
