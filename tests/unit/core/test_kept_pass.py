@@ -194,9 +194,8 @@ def state(session: Session) -> dict:
     }
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(initial, revisions, st.booleans())
-def test_a_kept_pass_fills_the_session_the_plain_pass_builds(start: tuple, steps: list[list[tuple]], one_by_one: bool) -> None:
+def _revised(start: tuple, steps: list[list[tuple]], one_by_one: bool):  # noqa: ANN202
+    """(snapshot, the KeptPass that saw every earlier revision) for each revision in turn."""
     cluster = Cluster(*start)
     kept = KeptPass()
     if one_by_one:  # never counted again from scratch, however much changed
@@ -204,21 +203,21 @@ def test_a_kept_pass_fills_the_session_the_plain_pass_builds(start: tuple, steps
     for revision, edits in enumerate(steps, start=1):
         for ev in edits:
             cluster.apply(ev)
-        snap = cluster.snapshot(revision)
+        yield cluster.snapshot(revision), kept
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(initial, revisions, st.booleans())
+def test_a_kept_pass_fills_the_session_the_plain_pass_builds(start: tuple, steps: list[list[tuple]],
+                                                            one_by_one: bool) -> None:
+    for snap, kept in _revised(start, steps, one_by_one):
         assert state(Session(snap, kept=kept)) == state(Session(snap))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(initial, revisions, st.booleans())
 def test_a_kept_pass_gives_the_same_plans(start: tuple, steps: list[list[tuple]], one_by_one: bool) -> None:
-    cluster = Cluster(*start)
-    kept = KeptPass()
-    if one_by_one:  # never counted again from scratch, however much changed
-        kept.redo_fraction = 0
-    for revision, edits in enumerate(steps, start=1):
-        for ev in edits:
-            cluster.apply(ev)
-        snap = cluster.snapshot(revision)
+    for snap, kept in _revised(start, steps, one_by_one):
         assert msgspec.json.encode(run_cycle(snap, kept=kept)) == msgspec.json.encode(run_cycle(snap))
 
 
