@@ -76,6 +76,11 @@ class _Figures:
             total[2] += sign * mine[2]
 
 
+def _flagged(group: PodGroup) -> bool:
+    """Read even without live pods: core pods to clear, a stale stamp, a condition, subgroups."""
+    return bool(group.core_pods or group.stale_timestamp or group.condition_reason or group.subgroups)
+
+
 def _group_key(pod: Pod) -> str:
     return f"{pod.namespace}/{pod.pod_group}"
 
@@ -144,8 +149,7 @@ class KeptPass:
         self.figures, self.missing = {}, set()
         for key in self.in_key:
             self._count_key(session, key)
-        self.flagged = {g.key for g in snapshot.pod_groups
-                        if g.core_pods or g.stale_timestamp or g.condition_reason or g.subgroups}
+        self.flagged = {g.key for g in snapshot.pod_groups if _flagged(g)}
 
     def _live(self, pod: Pod) -> bool:
         """Counted this cycle: not finished, on no node or on a node of the shard."""
@@ -205,7 +209,7 @@ class KeptPass:
         for group in [groups[i] for i in groups.keys() - self.groups.keys()]:
             key = group.key
             self.group_of[key] = group
-            if group.core_pods or group.stale_timestamp or group.condition_reason or group.subgroups:
+            if _flagged(group):
                 self.flagged.add(key)
             touched_keys.add(key)
         for node in snapshot.nodes:
@@ -258,14 +262,17 @@ class KeptPass:
         position = index.position
         pending, marked, semi, candidates = set(), set(), set(), {}
         for key, figures in self.figures.items():
+            if not (figures.candidates or figures.pending or figures.marked or figures.semi):
+                continue
+            gi = position(key)
             if figures.candidates:
-                candidates[position(key)] = figures.candidates
+                candidates[gi] = figures.candidates
             if figures.pending:
-                pending.add(position(key))
+                pending.add(gi)
             if figures.marked:
-                marked.add(position(key))
+                marked.add(gi)
             if figures.semi:
-                semi.add(position(key))
+                semi.add(gi)
         session.running_preemptible = candidates
         unpodded = sorted(position(key) for key in self.flagged if key not in self.in_key)
         session.finish(pending, marked, semi, unpodded, False)
