@@ -249,3 +249,51 @@ def test_a_background_pod_counts_again_when_its_podgroup_comes_or_goes() -> None
             cluster.apply(ev)
         snap = cluster.snapshot(revision)
         assert state(Session(snap, kept=kept)) == state(Session(snap))
+
+
+class _Item:
+    """An object with a sort key: equal keys are different objects (a replaced pod)."""
+
+    def __init__(self, key: tuple[int, int]) -> None:
+        self.key = key
+
+
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2)), max_size=30),
+       st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2)), max_size=30),
+       st.lists(st.integers(0, 29), max_size=10), st.integers(0, 40))
+def test_changes_finds_exactly_what_came_and_went_by_identity(old_keys, new_keys, shuffled, most):
+    from shoal.core.kept_pass import changes
+
+    pool = {k: _Item(k) for k in old_keys}  # objects both revisions may share
+    old = sorted((pool[k] if i % 3 else _Item(k) for i, k in enumerate(old_keys)), key=lambda o: o.key)
+    new = sorted((pool.get(k) or _Item(k) if i % 2 else _Item(k) for i, k in enumerate(new_keys)), key=lambda o: o.key)
+    for i in shuffled:  # out of order: still reported, as gone and come again
+        if i + 1 < len(new):
+            new[i], new[i + 1] = new[i + 1], new[i]
+    got = changes(old, new, lambda o: o.key, most)
+
+    def net(objects):
+        counts: dict[int, int] = {}
+        for o in objects:
+            counts[id(o)] = counts.get(id(o), 0) + 1
+        return counts
+
+    # in order with unique keys (a real snapshot's pods): exactly what came and went; else (duplicate
+    # keys, objects out of order) an object may be reported gone and come again
+    exact = (new == sorted(new, key=lambda o: o.key) and len({o.key for o in old}) == len(old)
+             and len({o.key for o in new}) == len(new))
+    want_came = [o for o in new if all(o is not p for p in old)]
+    if got is None:  # more than `most` came
+        assert len(want_came) > most or not exact
+        return
+    assert len(got[0]) <= most
+    came, gone = got
+    before, after = net(old), net(new)
+    for o in gone:  # what a caller does: remove the gone, add what came
+        before[id(o)] -= 1
+    for o in came:
+        before[id(o)] = before.get(id(o), 0) + 1
+    assert {k: v for k, v in before.items() if v} == after
+    if exact:
+        assert net(came) == net(want_came)
+        assert net(gone) == net([o for o in old if all(o is not p for p in new)])

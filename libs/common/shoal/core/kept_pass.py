@@ -6,7 +6,9 @@ PodGroup's pods are — about 0.5 s at 140k pods, for a revision that changed a 
 from, and redoes only what a revision touched: the nodes and PodGroup keys of pods that came or went, the
 PodGroups that came, went or changed, the nodes that changed. `assemble` hands over every unchanged pod,
 PodGroup and node as the same object from one revision to the next, so "changed" is "not the object
-counted last time" (identity; a field-by-field comparison would cost what the pass costs).
+counted last time" (identity; a field-by-field comparison would cost what the pass costs). Both revisions'
+pods (and PodGroups) are in snapshot order, so one walk over the two tuples side by side finds them
+(`changes`): unchanged objects line up, and only where they do not are sort keys compared.
 
 What every pod's figures read besides its node and PodGroup — the node names, the reservation namespace,
 the priority classes, the queue names, the GPU memory bounds — is compared whole each cycle; when one
@@ -20,12 +22,15 @@ that a session filled from the kept pass equals the one that pass builds, and th
 from __future__ import annotations
 
 from bisect import insort
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from shoal.core import model
-from shoal.core.model import Node, Pod, PodGroup, pod_order
+from shoal.core.model import Node, Pod, PodGroup, group_order, pod_order
 from shoal.core.session import DEVICE_MILLI, NodeState, Session, occupy_node
 
 DONE = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
+T = TypeVar("T")
 
 
 class _Figures:
@@ -92,16 +97,49 @@ def _remove(pods: list[Pod], pod: Pod) -> None:
             return
 
 
+def changes(old: Sequence[T], new: Sequence[T], order: Callable[[T], tuple], most: int) -> tuple[list[T], list[T]] | None:
+    """(came, gone): the objects of `new` that are not in `old`, and those of `old` not in `new`, by
+    identity, for two sequences sorted by `order`; None once more than `most` came. One walk side by side:
+    where the objects differ, the one that sorts first is new or gone (equal keys: a replaced object). An
+    object out of order is reported both gone and come, which a caller that removes the gone before adding
+    the new counts right."""
+    came: list[T] = []
+    gone: list[T] = []
+    i = j = 0
+    n_old, n_new = len(old), len(new)
+    while i < n_old and j < n_new:
+        a, b = old[i], new[j]
+        if a is b:
+            i += 1
+            j += 1
+            continue
+        key_a, key_b = order(a), order(b)
+        if key_a < key_b:
+            gone.append(a)
+            i += 1
+            continue
+        came.append(b)
+        j += 1
+        if not key_b < key_a:  # the same key: the object was replaced
+            gone.append(a)
+            i += 1
+        if len(came) > most:
+            return None
+    gone.extend(old[i:])
+    came.extend(new[j:])
+    return (came, gone) if len(came) <= most else None
+
+
 class KeptPass:
     """The pod pass of the cycles so far, for one shard (see the module docstring)."""
 
-    redo_fraction = 4  # more than 1/4 of the pods new (a new base): count everything again, not one by one
+    redo_fraction = 4  # more than 1/4 of the pods new (a new base): count everything again, not one by one (0: never)
 
     def __init__(self) -> None:
         self.basis: tuple | None = None  # what every pod's figures read, compared whole
-        # the pods and PodGroups counted last by id (kept alive, so their ids identify them)
-        self.pods: dict[int, Pod] = {}
-        self.groups: dict[int, PodGroup] = {}
+        # the pods and PodGroups counted last, in snapshot order
+        self.pods: tuple[Pod, ...] = ()
+        self.groups: tuple[PodGroup, ...] = ()
         self.nodes: dict[str, Node] = {}
         self.group_of: dict[str, PodGroup] = {}  # "ns/name" → its PodGroup
         self.on_node: dict[str, list[Pod]] = {}  # node name → its live pods, snapshot order
@@ -122,12 +160,10 @@ class KeptPass:
         basis = (tuple(n.name for n in snapshot.nodes), session.config.reservation_namespace,
                  session._priorities, session._default_priority, tuple(session.queues),
                  session.min_gpu_mem, session.max_gpu_mem)
-        pods = dict(zip(map(id, snapshot.pods), snapshot.pods, strict=True))  # one look at each object
-        groups = dict(zip(map(id, snapshot.pod_groups), snapshot.pod_groups, strict=True))
-        if basis != self.basis or not self._update(session, pods, groups):
+        if basis != self.basis or not self._update(session):
             self.basis = basis
             self._count_all(session)
-        self.pods, self.groups = pods, groups
+        self.pods, self.groups = snapshot.pods, snapshot.pod_groups
         self._give(session)
         return True
 
@@ -190,23 +226,25 @@ class KeptPass:
         figures = self.figures[key] = _Figures(session, group, pods)
         figures.add_to(self.own, +1)
 
-    def _update(self, session: Session, pods: dict[int, Pod], groups: dict[int, PodGroup]) -> bool:
-        """Bring the kept results up to the session's snapshot (`pods`, `groups`: its objects by id);
-        False: too much changed, count it all."""
+    def _update(self, session: Session) -> bool:
+        """Bring the kept results up to the session's snapshot; False: too much changed, count it all."""
         snapshot = session.snapshot
-        came_ids = pods.keys() - self.pods.keys()
-        if len(came_ids) * self.redo_fraction > len(pods):
+        most = len(snapshot.pods) // self.redo_fraction if self.redo_fraction else len(snapshot.pods)
+        pods = changes(self.pods, snapshot.pods, pod_order, most)
+        if pods is None:
             return False
-        gone = [self.pods[i] for i in self.pods.keys() - pods.keys()]
-        came = [pods[i] for i in came_ids]
+        came, gone = pods
+        groups = changes(self.groups, snapshot.pod_groups, group_order, len(snapshot.pod_groups))
+        assert groups is not None  # every PodGroup may be new
+        groups_came, groups_gone = groups
         touched_nodes: set[str] = set()
         touched_keys: set[str] = set()
-        for group in [self.groups[i] for i in self.groups.keys() - groups.keys()]:
+        for group in groups_gone:
             key = group.key
             del self.group_of[key]  # a changed PodGroup comes back below
             self.flagged.discard(key)
             touched_keys.add(key)
-        for group in [groups[i] for i in groups.keys() - self.groups.keys()]:
+        for group in groups_came:
             key = group.key
             self.group_of[key] = group
             if _flagged(group):
