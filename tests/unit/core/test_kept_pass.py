@@ -28,6 +28,7 @@ from shoal.core.model import (
     make_snapshot,
 )
 from shoal.core.session import Session
+from shoal.core.victims import build_rank
 
 QUEUES = ("a", "b", "c")
 CLASSES = sorted(c.name for c in PRIORITY_CLASSES)
@@ -184,6 +185,8 @@ def state(session: Session) -> dict:
         "orphans": [p.key for p in session.orphan_pods],
         "background": [(n.name, p.key) for n, p in session.background],
         "candidates": dict(session.running_preemptible),
+        "ranks": {gi: session.victim_ranks.get(gi) or build_rank(jobs.groups[gi], running, session.priority_of)
+                  for gi, running in session.running_preemptible.items()},
         "pending": [j.key for j in session.pending_jobs],
         "semi": session.semi_positions,
         "stale_cores": session.stale_cores,

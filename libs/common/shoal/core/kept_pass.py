@@ -28,6 +28,7 @@ from typing import TypeVar
 from shoal.core import model
 from shoal.core.model import Node, Pod, PodGroup, group_order, pod_order
 from shoal.core.session import DEVICE_MILLI, NodeState, Session, occupy_node
+from shoal.core.victims import build_rank
 
 DONE = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
 T = TypeVar("T")
@@ -36,7 +37,7 @@ T = TypeVar("T")
 class _Figures:
     """One PodGroup's share of the pass: its queue's own figures and what the session reads of it."""
 
-    __slots__ = ("queue", "pending", "marked", "semi", "candidates", "req", "alloc", "np")
+    __slots__ = ("queue", "pending", "marked", "semi", "candidates", "rank", "req", "alloc", "np")
 
     def __init__(self, session: Session, group: PodGroup, pods: list[Pod]) -> None:
         self.queue = group.queue if group.queue in session.own else None
@@ -70,6 +71,7 @@ class _Figures:
                 np[1] += pod.memory_bytes
                 np[2] += gf
         self.pending, self.candidates = pending, candidates
+        self.rank = build_rank(group, candidates, session.priority_of) if candidates else None
         self.req, self.alloc, self.np = req, alloc, np
 
     def add_to(self, own: dict[str, list[list[int]]], sign: int) -> None:
@@ -298,13 +300,14 @@ class KeptPass:
         index = session.jobs
         index.members = self.in_key
         position = index.position
-        pending, marked, semi, candidates = set(), set(), set(), {}
+        pending, marked, semi, candidates, ranks = set(), set(), set(), {}, {}
         for key, figures in self.figures.items():
             if not (figures.candidates or figures.pending or figures.marked or figures.semi):
                 continue
             gi = position(key)
             if figures.candidates:
                 candidates[gi] = figures.candidates
+                ranks[gi] = figures.rank
             if figures.pending:
                 pending.add(gi)
             if figures.marked:
@@ -312,5 +315,6 @@ class KeptPass:
             if figures.semi:
                 semi.add(gi)
         session.running_preemptible = candidates
+        session.victim_ranks = ranks
         unpodded = sorted(position(key) for key in self.flagged if key not in self.in_key)
         session.finish(pending, marked, semi, unpodded, False)

@@ -413,6 +413,8 @@ class Session:
         self.pending_jobs: list[Job] = []  # jobs with a pending or gated task, by key
         # running pods of each preemptible job a victim search may take, by the job's position (VictimPool)
         self.running_preemptible: Mapping[int, int] = {}
+        # their rank as victims (victims.build_rank) where a kept pass has it; the pool builds the others
+        self.victim_ranks: Mapping[int, tuple[str, int, int, float]] = {}
         self.semi_positions: list[int] = []  # semi-preemptible PodGroups (their jobs are made up front)
         self.stale_cores: list[str] = []
         self.cores_counted = False  # semipreemptible.count_cores ran (the first Context on this session)

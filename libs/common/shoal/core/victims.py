@@ -183,11 +183,23 @@ class _QueueOrder:
         heapq.heappush(self.heap, entry)
 
 
+Rank = tuple[str, int, int, float]
+
+
 def _start_state(running: int, min_member: int) -> int:
     """elastic_state of a job without subgroups that runs `running` pods and nothing else."""
     if running < min_member:
         return 0
     return 1 if running <= min_member else 2
+
+
+def build_rank(group: PodGroup, running: int, priority_of: Callable[[PodGroup], tuple[int, bool]]) -> Rank:
+    """(queue, then the victim order's key) of a PodGroup no job was made for, which runs `running`
+    preemptible pods: what `VictimPool` ranks it by (the kept pass keeps it between cycles)."""
+    mm = group.min_member
+    c = group.created
+    created = float(c) if type(c) is int else epoch_of(c)
+    return group.queue, priority_of(group)[0], -_start_state(running, mm if mm > 0 else 0), -created
 
 
 class VictimPool:
@@ -210,20 +222,20 @@ class VictimPool:
         made = self.index.made
         priority_of = session.priority_of
         by_queue = self.by_queue
+        ranks = session.victim_ranks
         for gi, running in session.running_preemptible.items():
             if gi in made:
                 continue
-            g = groups[gi]
-            q = g.queue
+            rank = ranks.get(gi)
+            if rank is None:
+                rank = build_rank(groups[gi], running, priority_of)
+            q = rank[0]
             if q not in queues:
                 continue
-            mm = g.min_member
-            c = g.created
-            created = float(c) if type(c) is int else epoch_of(c)
             order = by_queue.get(q)
             if order is None:
                 order = by_queue[q] = _QueueOrder()
-            order.heap.append((priority_of(g)[0], -_start_state(running, mm if mm > 0 else 0), -created, gi))
+            order.heap.append((rank[1], rank[2], rank[3], gi))
         for gi, job in made.items():
             if job.queue in queues and is_victim_candidate(job):
                 e = self.keys[gi] = (job.priority, -elastic_state(job), -job.created, gi)
