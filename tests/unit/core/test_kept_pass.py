@@ -190,6 +190,8 @@ def state(session: Session) -> dict:
         "pending": [j.key for j in session.pending_jobs],
         "semi": session.semi_positions,
         "stale_cores": session.stale_cores,
+        "index": [(key, jobs.position(key)) for key in jobs],
+        "positions": sorted(jobs.positions()),
         "made": list(jobs.made),
         "pods_of": [[p.key for p in jobs.pods_of(gi)] for gi in range(len(jobs.groups))],
         "tasks": {j.key: [(t.key, t.status, t.node.name if t.node else None) for t in j.tasks]
@@ -264,7 +266,7 @@ class _Item:
 @given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2)), max_size=30),
        st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2)), max_size=30),
        st.lists(st.integers(0, 29), max_size=10), st.integers(0, 40))
-def test_changes_finds_exactly_what_came_and_went_by_identity(old_keys, new_keys, shuffled, most):
+def test_changes_finds_what_came_and_went_by_identity_and_carries_values(old_keys, new_keys, shuffled, most):
     from shoal.core.kept_pass import changes
 
     pool = {k: _Item(k) for k in old_keys}  # objects both revisions may share
@@ -273,7 +275,7 @@ def test_changes_finds_exactly_what_came_and_went_by_identity(old_keys, new_keys
     for i in shuffled:  # out of order: still reported, as gone and come again
         if i + 1 < len(new):
             new[i], new[i + 1] = new[i + 1], new[i]
-    got = changes(old, new, lambda o: o.key, most)
+    got = changes(old, new, lambda o: o.key, most, carry=([id(o) for o in old], id))
 
     def net(objects):
         counts: dict[int, int] = {}
@@ -290,7 +292,8 @@ def test_changes_finds_exactly_what_came_and_went_by_identity(old_keys, new_keys
         assert len(want_came) > most or not exact
         return
     assert len(got[0]) <= most
-    came, gone = got
+    came, gone, values = got
+    assert values == [id(o) for o in new]  # each object's value, carried over or computed
     before, after = net(old), net(new)
     for o in gone:  # what a caller does: remove the gone, add what came
         before[id(o)] -= 1

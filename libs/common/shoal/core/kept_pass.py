@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import TypeVar
 
 from shoal.core import model
@@ -32,6 +33,7 @@ from shoal.core.victims import build_rank
 
 DONE = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
 T = TypeVar("T")
+V = TypeVar("V")
 
 
 class _Figures:
@@ -99,19 +101,26 @@ def _remove(pods: list[Pod], pod: Pod) -> None:
             return
 
 
-def changes(old: Sequence[T], new: Sequence[T], order: Callable[[T], tuple], most: int) -> tuple[list[T], list[T]] | None:
-    """(came, gone): the objects of `new` that are not in `old`, and those of `old` not in `new`, by
-    identity, for two sequences sorted by `order`; None once more than `most` came. One walk side by side:
-    where the objects differ, the one that sorts first is new or gone (equal keys: a replaced object). An
-    object out of order is reported both gone and come, which a caller that removes the gone before adding
-    the new counts right."""
+def changes(old: Sequence[T], new: Sequence[T], order: Callable[[T], tuple], most: int,
+            carry: tuple[Sequence[V], Callable[[T], V]] | None = None) -> tuple[list[T], list[T], list[V]] | None:
+    """(came, gone, values): the objects of `new` that are not in `old`, and those of `old` not in `new`,
+    by identity, for two sequences sorted by `order`; None once more than `most` came. With `carry`
+    (a value per object of `old`, in order, and how to get an object's value), `values` has one per
+    object of `new`: carried over where the object stayed, else computed. One walk side by side: where
+    the objects differ, the one that sorts first is new or gone (equal keys: a replaced object). An
+    object out of order is reported both gone and come, which a caller that removes the gone before
+    adding the new counts right."""
     came: list[T] = []
     gone: list[T] = []
+    values: list[V] = []
+    kept_values, value_of = carry if carry is not None else ((), None)
     i = j = 0
     n_old, n_new = len(old), len(new)
     while i < n_old and j < n_new:
         a, b = old[i], new[j]
         if a is b:
+            if value_of is not None:
+                values.append(kept_values[i])
             i += 1
             j += 1
             continue
@@ -121,6 +130,8 @@ def changes(old: Sequence[T], new: Sequence[T], order: Callable[[T], tuple], mos
             i += 1
             continue
         came.append(b)
+        if value_of is not None:
+            values.append(value_of(b))
         j += 1
         if not key_b < key_a:  # the same key: the object was replaced
             gone.append(a)
@@ -129,7 +140,12 @@ def changes(old: Sequence[T], new: Sequence[T], order: Callable[[T], tuple], mos
             return None
     gone.extend(old[i:])
     came.extend(new[j:])
-    return (came, gone) if len(came) <= most else None
+    if value_of is not None:
+        values.extend(map(value_of, new[j:]))
+    return (came, gone, values) if len(came) <= most else None
+
+
+_KEY = attrgetter("key")
 
 
 class KeptPass:
@@ -142,6 +158,9 @@ class KeptPass:
         # the pods and PodGroups counted last, in snapshot order
         self.pods: tuple[Pod, ...] = ()
         self.groups: tuple[PodGroup, ...] = ()
+        self.keys: list[str] = []  # the keys of `groups`, in order
+        # the PodGroups of the snapshot being filled and what came and went since `groups` (group_keys)
+        self.next_groups: tuple[tuple[PodGroup, ...], list[PodGroup], list[PodGroup], list[str]] | None = None
         self.nodes: dict[str, Node] = {}
         self.group_of: dict[str, PodGroup] = {}  # "ns/name" → its PodGroup
         self.on_node: dict[str, list[Pod]] = {}  # node name → its live pods, snapshot order
@@ -153,19 +172,35 @@ class KeptPass:
         self.missing: set[str] = set()  # keys with live pods and no PodGroup
         self.flagged: set[str] = set()  # PodGroups with core pods, a stale stamp, a condition or subgroups
 
+    def group_keys(self, groups: tuple[PodGroup, ...]) -> list[str]:
+        """The keys of the snapshot's PodGroups, in order (what changed since the last fill is kept for the
+        next one: the session's JobIndex is built from the keys before the session is filled)."""
+        found = changes(self.groups, groups, group_order, len(groups), carry=(self.keys, _KEY))
+        assert found is not None  # every PodGroup may be new
+        came, gone, keys = found
+        self.next_groups = (groups, came, gone, keys)
+        return keys
+
     def fill(self, session: Session) -> bool:
         """Give `session` the pass's results for its snapshot; False: the session counts its own pods."""
         snapshot = session.snapshot
         if session.jobs.count != len(snapshot.pod_groups):
-            self.basis = None
+            self.basis, self.next_groups = None, None
             return False
         basis = (tuple(n.name for n in snapshot.nodes), session.config.reservation_namespace,
                  session._priorities, session._default_priority, tuple(session.queues),
                  session.min_gpu_mem, session.max_gpu_mem)
-        if basis != self.basis or not self._update(session):
+        found = self.next_groups
+        if found is None or found[0] is not snapshot.pod_groups:  # no group_keys for this snapshot
+            self.group_keys(snapshot.pod_groups)
+            found = self.next_groups
+        assert found is not None
+        self.next_groups = None
+        _, groups_came, groups_gone, keys = found
+        if basis != self.basis or not self._update(session, groups_came, groups_gone):
             self.basis = basis
             self._count_all(session)
-        self.pods, self.groups = snapshot.pods, snapshot.pod_groups
+        self.pods, self.groups, self.keys = snapshot.pods, snapshot.pod_groups, keys
         self._give(session)
         return True
 
@@ -228,17 +263,15 @@ class KeptPass:
         figures = self.figures[key] = _Figures(session, group, pods)
         figures.add_to(self.own, +1)
 
-    def _update(self, session: Session) -> bool:
-        """Bring the kept results up to the session's snapshot; False: too much changed, count it all."""
+    def _update(self, session: Session, groups_came: list[PodGroup], groups_gone: list[PodGroup]) -> bool:
+        """Bring the kept results up to the session's snapshot (the PodGroups that came and went given);
+        False: too much changed, count it all."""
         snapshot = session.snapshot
         most = len(snapshot.pods) // self.redo_fraction if self.redo_fraction else len(snapshot.pods)
         pods = changes(self.pods, snapshot.pods, pod_order, most)
         if pods is None:
             return False
-        came, gone = pods
-        groups = changes(self.groups, snapshot.pod_groups, group_order, len(snapshot.pod_groups))
-        assert groups is not None  # every PodGroup may be new
-        groups_came, groups_gone = groups
+        came, gone, _ = pods
         touched_nodes: set[str] = set()
         touched_keys: set[str] = set()
         for group in groups_gone:

@@ -9,11 +9,11 @@ Queue figures are [cpu_milli, memory_bytes, gpu_milli] lists, the order of `reso
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache, partial
 from itertools import compress, groupby
-from operator import attrgetter, is_
+from operator import attrgetter, is_, methodcaller
 from typing import TYPE_CHECKING
 
 from shoal.core import model
@@ -34,6 +34,7 @@ ACTIVE = (ALLOCATED, PIPELINED, RUNNING)
 
 _NAMESPACE = attrgetter("namespace")
 _NAME = attrgetter("name")
+_NAMELESS = methodcaller("endswith", "/")
 _is_none = partial(is_, None)
 
 GPU_MEMORY_PLACEHOLDER_MIB = 100  # KAI's value when nvidia.com/gpu.memory is missing
@@ -324,37 +325,56 @@ class JobIndex(Mapping[str, Job]):
     Iterating (`values()`, `items()`) makes every job, for tests and tools.
     """
 
-    def __init__(self, session: Session, groups: tuple[PodGroup, ...]) -> None:
+    def __init__(self, session: Session, groups: tuple[PodGroup, ...], keys: Sequence[str] | None = None) -> None:
         self.session = session
         self.groups = groups
-        # namespace -> PodGroup name -> position in snapshot.pod_groups (the last of duplicates, like a dict)
-        self.index: dict[str, dict[str, int]] = {}
-        namespaces = list(map(_NAMESPACE, groups))
-        names = list(map(_NAME, groups))
-        start = 0
-        for namespace, run in groupby(namespaces):  # snapshots are sorted by namespace: one run each
-            end = start + len(list(run))
-            by_name = self.index.get(namespace)
-            if by_name is None:
-                by_name = self.index[namespace] = {}
-            by_name.update(zip(names[start:end], range(start, end), strict=True))
-            by_name.pop("", None)  # a pod without a PodGroup names ""
-            start = end
-        self.count = sum(map(len, self.index.values()))
+        # PodGroup key -> position in snapshot.pod_groups (the last of duplicates, like a dict; a pod without
+        # a PodGroup names "", so no PodGroup is found by "ns/"): by "ns/name" when the caller has the keys
+        # in order (a kept pass), else by namespace, then name (read from the groups, no key built)
+        self.flat: dict[str, int] | None = None
+        self.nested: dict[str, dict[str, int]] | None = None
+        if keys is not None:
+            self.flat = dict(zip(keys, range(len(groups)), strict=True))
+            for key in filter(_NAMELESS, keys):
+                self.flat.pop(key, None)
+            self.count = len(self.flat)
+        else:
+            self.count = sum(map(len, self.by_namespace().values()))
         self.first: list[Pod | None] = [None] * len(groups)  # the group's first pod (snapshot order)
         self.more: dict[int, list[Pod]] = {}  # its further pods
         self.members: Mapping[str, list[Pod]] | None = None  # instead: "ns/name" → its pods (a kept pass)
         self.made: dict[int, Job] = {}  # group position -> job, in the order they were made
 
+    def by_namespace(self) -> dict[str, dict[str, int]]:
+        """namespace -> PodGroup name -> position (built on first use when the index is by key)."""
+        if self.nested is None:
+            groups = self.groups
+            self.nested = {}
+            namespaces = list(map(_NAMESPACE, groups))
+            names = list(map(_NAME, groups))
+            start = 0
+            for namespace, run in groupby(namespaces):  # snapshots are sorted by namespace: one run each
+                end = start + len(list(run))
+                by_name = self.nested.get(namespace)
+                if by_name is None:
+                    by_name = self.nested[namespace] = {}
+                by_name.update(zip(names[start:end], range(start, end), strict=True))
+                by_name.pop("", None)
+                start = end
+        return self.nested
+
     def position(self, key: str) -> int | None:
+        if self.flat is not None:
+            return self.flat.get(key)
         namespace, _, name = key.partition("/")
-        by_name = self.index.get(namespace)
+        by_name = self.by_namespace().get(namespace)
         return by_name.get(name) if by_name is not None else None
 
-    def positions(self) -> Iterator[int]:
+    def positions(self) -> Iterable[int]:
         """Every live PodGroup's position (a duplicate's earlier copies are not)."""
-        for by_name in self.index.values():
-            yield from by_name.values()
+        if self.flat is not None:
+            return self.flat.values()
+        return (gi for by_name in self.by_namespace().values() for gi in by_name.values())
 
     def job_at(self, position: int) -> Job:
         job = self.made.get(position)
@@ -384,7 +404,9 @@ class JobIndex(Mapping[str, Job]):
         return isinstance(key, str) and self.position(key) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return (f"{namespace}/{name}" for namespace, by_name in self.index.items() for name in by_name)
+        if self.flat is not None:
+            return iter(self.flat)
+        return (f"{namespace}/{name}" for namespace, by_name in self.by_namespace().items() for name in by_name)
 
     def __len__(self) -> int:
         return self.count
@@ -426,8 +448,9 @@ class Session:
         self._build_queues(snapshot.queues)
         # own (not rolled-up) figures per queue: [request, allocated, allocated non-preemptible]
         self.own: dict[str, list[list[int]]] = {n: [[0, 0, 0], [0, 0, 0], [0, 0, 0]] for n in self.queues}
-        self.jobs = JobIndex(self, snapshot.pod_groups)
-        if eager_jobs or kept is None or not kept.fill(self):
+        kept = None if eager_jobs else kept
+        self.jobs = JobIndex(self, snapshot.pod_groups, kept.group_keys(snapshot.pod_groups) if kept else None)
+        if kept is None or not kept.fill(self):
             self._place_pods(snapshot, eager_jobs)
 
     # ---- build ---------------------------------------------------------------------------------
@@ -475,7 +498,7 @@ class Session:
         """
         index = self.jobs
         groups = snapshot.pod_groups
-        by_namespace = index.index
+        by_namespace = index.by_namespace()
         first, more = index.first, index.more
         find_node = self.node_by_name.get
         find_own = self.own.get
