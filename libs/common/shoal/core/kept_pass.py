@@ -182,7 +182,8 @@ class KeptPass:
         return keys
 
     def fill(self, session: Session) -> bool:
-        """Give `session` the pass's results for its snapshot; False: the session counts its own pods."""
+        """Give `session` the pass's results for its snapshot (built with `group_keys` of its PodGroups);
+        False: the session counts its own pods."""
         snapshot = session.snapshot
         if session.jobs.count != len(snapshot.pod_groups):
             self.basis, self.next_groups = None, None
@@ -190,12 +191,8 @@ class KeptPass:
         basis = (tuple(n.name for n in snapshot.nodes), session.config.reservation_namespace,
                  session._priorities, session._default_priority, tuple(session.queues),
                  session.min_gpu_mem, session.max_gpu_mem)
-        found = self.next_groups
-        if found is None or found[0] is not snapshot.pod_groups:  # no group_keys for this snapshot
-            self.group_keys(snapshot.pod_groups)
-            found = self.next_groups
-        assert found is not None
-        self.next_groups = None
+        found, self.next_groups = self.next_groups, None
+        assert found is not None and found[0] is snapshot.pod_groups  # the session asked group_keys first
         _, groups_came, groups_gone, keys = found
         if basis != self.basis or not self._update(session, groups_came, groups_gone):
             self.basis = basis

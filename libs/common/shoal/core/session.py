@@ -22,6 +22,7 @@ from shoal.core.sharing_mode import TIME_SLICING
 
 if TYPE_CHECKING:
     from shoal.core.kept_pass import KeptPass
+    from shoal.core.victims import Rank
 
 # task states
 PENDING = 0
@@ -436,7 +437,7 @@ class Session:
         # running pods of each preemptible job a victim search may take, by the job's position (VictimPool)
         self.running_preemptible: Mapping[int, int] = {}
         # their rank as victims (victims.build_rank) where a kept pass has it; the pool builds the others
-        self.victim_ranks: Mapping[int, tuple[str, int, int, float]] = {}
+        self.victim_ranks: Mapping[int, Rank] = {}
         self.semi_positions: list[int] = []  # semi-preemptible PodGroups (their jobs are made up front)
         self.stale_cores: list[str] = []
         self.cores_counted = False  # semipreemptible.count_cores ran (the first Context on this session)
@@ -449,7 +450,8 @@ class Session:
         # own (not rolled-up) figures per queue: [request, allocated, allocated non-preemptible]
         self.own: dict[str, list[list[int]]] = {n: [[0, 0, 0], [0, 0, 0], [0, 0, 0]] for n in self.queues}
         kept = None if eager_jobs else kept
-        self.jobs = JobIndex(self, snapshot.pod_groups, kept.group_keys(snapshot.pod_groups) if kept else None)
+        keys = kept.group_keys(snapshot.pod_groups) if kept is not None else None
+        self.jobs = JobIndex(self, snapshot.pod_groups, keys)
         if kept is None or not kept.fill(self):
             self._place_pods(snapshot, eager_jobs)
 
