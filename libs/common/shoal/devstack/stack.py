@@ -144,6 +144,8 @@ def up(
     if any(row["alive"] for row in status(state_dir)):
         raise DevStackError(f"a stack is already running in {state_dir}: run `shoal dev down` first")
     _check_ours(state_dir)
+    if real_node is not None and os.geteuid() == 0:
+        clear_dead_real_node(say)  # before the state dir is wiped: it may be the dead stack's own
     ensure_binaries(say, real_node=real_node is not None)
     for attempt in (1, 2):
         if state_dir.exists():
@@ -194,6 +196,40 @@ def _setup_host(state: Path, real_node: RealNodeOptions | None) -> tuple[str, ..
         raise DevStackError(f"real node count must be >= 1, got {real_node.count}")
     realnode.hostnet.setup(state, real_node.count)
     return tuple(realnode.hostnet.node_ip(i) for i in range(1, real_node.count + 1))
+
+
+def clear_dead_real_node(say: Callable[[str], None]) -> list[str]:
+    """Take down the real-node stack that left its bridge behind when none of its processes runs any more
+    (its session was killed before `down`); return what was removed. A stack that still runs is left alone
+    (`hostnet.setup` then refuses with its state dir)."""
+    if not realnode.hostnet.bridge_exists():
+        return []
+    owner = realnode.hostnet.bridge_owner()
+    if owner is None:  # a bridge made before it named its owner: alive while any real node's process runs
+        if _real_node_processes():
+            return []
+    elif any(row["alive"] for row in status(owner)):
+        return []
+    removed = down(owner) if owner is not None and owner.is_dir() else []
+    removed += realnode.hostnet.remove_orphan()
+    say(f"devstack: took down a real-node stack that no longer ran (state dir {owner or 'unknown'}): "
+        f"{', '.join(removed) or 'nothing left'}")
+    return removed
+
+
+def _real_node_processes() -> list[int]:
+    """Running kubelets and containerds whose command line names a real node's directory."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if argv and Path(argv[0].decode(errors="replace")).name in ("kubelet", "containerd") and any(
+            b"/realnode/" in a for a in argv
+        ):
+            found.append(int(proc.name))
+    return found
 
 
 def _start_core(

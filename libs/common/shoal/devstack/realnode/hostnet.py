@@ -1,7 +1,8 @@
 """The host side of a real node: the pod bridge, guard rules, and undoing every change on the host.
 
 `setup` records what the host looked like (iptables chains, the sysctls the kubelet tunes, which host
-directories existed) in `<state>/realnode/host.json`, then creates the bridge `shoal-br0` with the node IPs,
+directories existed) in `<state>/realnode/host.json`, then creates the bridge `shoal-br0` (its alias names the
+state dir that owns it, `bridge_owner`) with the node IPs,
 a route that keeps service-CIDR traffic on the bridge, forwarding on the bridge only, and SHOAL-* guard chains
 that drop anything forwarded between the bridge and any other interface. `teardown` puts all of it back: the
 bridge goes, KUBE-*/SHOAL-* chains that were not there before go (and the empty nftables tables
@@ -96,9 +97,11 @@ def load_record(state: Path) -> HostRecord | None:
 
 def _check_free() -> None:
     """Refuse a pod network or service range that overlaps an address or route of this machine."""
-    if Path(f"/sys/class/net/{BRIDGE}").exists():
+    if bridge_exists():
+        owner = bridge_owner()
+        where = f" in {owner}" if owner else ""
         raise DevStackError(
-            f"interface {BRIDGE} exists: another real-node stack is up (`shoal dev down` it first)"
+            f"interface {BRIDGE} exists: another real-node stack{where} is up (`shoal dev down` it first)"
         )
     ours = [ipaddress.ip_network(POD_NETWORK), ipaddress.ip_network(SERVICE_CIDR)]
     used = []
@@ -110,6 +113,32 @@ def _check_free() -> None:
         clash = [u for u in used if u.overlaps(net) and not u.is_loopback]
         if clash:
             raise DevStackError(f"{net} overlaps a route of this machine ({clash[0]}): cannot use it for pods")
+
+
+def bridge_exists() -> bool:
+    return Path(f"/sys/class/net/{BRIDGE}").exists()
+
+
+def bridge_owner() -> Path | None:
+    """The state dir of the stack that made the bridge (its interface alias), or None (no bridge, or a bridge
+    made before the alias was written)."""
+    try:
+        alias = Path(f"/sys/class/net/{BRIDGE}/ifalias").read_text().strip()
+    except OSError:
+        return None
+    return Path(alias) if alias.startswith("/") else None
+
+
+def remove_orphan() -> list[str]:
+    """The bridge and the SHOAL-* guard chains of a stack whose state dir is gone (no record to undo from),
+    and nftables tables left empty (no rule, every chain accepting). KUBE-* chains stay: without the record
+    nothing tells them from another Kubernetes node's; the next kube-proxy takes them over."""
+    done = []
+    if bridge_exists():
+        _run("ip", "link", "delete", BRIDGE, check=False)
+        done.append(f"interface {BRIDGE}")
+    keep = {key: [c for c in names if not c.startswith("SHOAL-")] for key, names in chains().items()}
+    return done + remove_chains(keep) + _remove_new_empty_tables([])
 
 
 def chains() -> dict[str, list[str]]:
@@ -137,7 +166,8 @@ def _remove_new_empty_tables(before: list[str]) -> list[str]:
         if table in before or table.split()[0] not in ("ip", "ip6"):
             continue
         listing = json.loads(_run("nft", "-j", "list", "table", *table.split(), check=False) or "{}")
-        if not any("rule" in item for item in listing.get("nftables", [])):
+        items = listing.get("nftables", [])
+        if not any("rule" in item or item.get("chain", {}).get("policy", "accept") != "accept" for item in items):
             _run("nft", "delete", "table", *table.split(), check=False)
             removed.append(f"nft table {table}")
     return removed
@@ -156,6 +186,7 @@ def setup(state: Path, node_count: int) -> HostRecord:
     _save(state, record)  # before any change, so a failure below is undone from it
     prefix = ipaddress.ip_network(POD_NETWORK).prefixlen
     _run("ip", "link", "add", BRIDGE, "type", "bridge")
+    _run("ip", "link", "set", BRIDGE, "alias", str(state.resolve()))
     for index in range(1, node_count + 1):
         _run("ip", "addr", "add", f"{node_ip(index)}/{prefix}", "dev", BRIDGE)
     _run("ip", "link", "set", BRIDGE, "up")

@@ -1,0 +1,81 @@
+"""A real-node stack killed before `down` (its session ended) leaves its bridge and guard chains on the host.
+The next `up --real-node` takes such a dead stack down from its state dir instead of refusing to start
+(CI once failed five real-node tests on a bridge a killed run had left); a stack that still runs is refused,
+by its state dir. Needs root: the bridge and iptables are real."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from shoal.devstack import DevStackError
+from shoal.devstack.procs import ProcessSpec, launch, stop_processes
+from shoal.devstack.realnode import hostnet, leftovers
+from shoal.devstack.stack import clear_dead_real_node, down
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 and not os.environ.get("CI"), reason="a bridge and iptables chains need root"
+)
+
+
+@pytest.fixture
+def host_before() -> dict[str, list[str]]:
+    if hostnet.bridge_exists():
+        pytest.fail(f"{hostnet.BRIDGE} exists before the test: a real-node stack is up", pytrace=False)
+    return leftovers.snapshot()
+
+
+def _left(before: dict[str, list[str]], state: Path) -> list[str]:
+    return leftovers.compare(before, leftovers.snapshot(), {}, state)
+
+
+def _kubelet_like(state: Path) -> int:
+    """A process recorded in the state dir the way a real node's kubelet is."""
+    return launch(state, ProcessSpec(name="kubelet-1", argv=["sleep", "300"]), tie_to_parent=True)
+
+
+def test_a_dead_stack_is_taken_down_from_its_state_dir(tmp_path: Path, host_before: dict) -> None:
+    dead = tmp_path / "dead"
+    hostnet.setup(dead, 1)
+    assert hostnet.bridge_owner() == dead.resolve()
+    pid = _kubelet_like(dead)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    said: list[str] = []
+    removed = clear_dead_real_node(said.append)
+    assert f"interface {hostnet.BRIDGE}" in removed
+    assert any("SHOAL-GUARD" in r for r in removed), removed
+    assert not hostnet.bridge_exists()
+    assert len(said) == 1 and str(dead.resolve()) in said[0], said
+    assert not dead.exists(), "the dead stack's state dir is removed like `down` removes it"
+    assert not _left(host_before, dead)
+
+
+def test_a_running_stack_is_refused_by_its_state_dir(tmp_path: Path, host_before: dict) -> None:
+    live = tmp_path / "live"
+    hostnet.setup(live, 1)
+    _kubelet_like(live)
+    try:
+        assert clear_dead_real_node(lambda _msg: None) == []
+        assert hostnet.bridge_exists()
+        with pytest.raises(DevStackError, match=f"another real-node stack in {live.resolve()} is up"):
+            hostnet.setup(tmp_path / "second", 1)
+    finally:
+        stop_processes(live, ["kubelet-1"], timeout_s=3.0)
+        down(live)
+    assert not _left(host_before, live)
+
+
+def test_a_bridge_whose_state_dir_is_gone_is_removed(tmp_path: Path, host_before: dict) -> None:
+    gone = tmp_path / "gone"
+    hostnet.setup(gone, 1)
+    subprocess.run(["rm", "-rf", str(gone)], check=True)
+    removed = clear_dead_real_node(lambda _msg: None)
+    assert f"interface {hostnet.BRIDGE}" in removed
+    assert not hostnet.bridge_exists()
+    # the guard chains went with it; the sysctls it had recorded cannot be restored without the record
+    assert not [x for x in _left(host_before, gone) if not x.startswith("process")]
