@@ -6,7 +6,8 @@ translating every entry again each cycle (~0.3 s at 4,000 nodes) was most of the
 keeps each pod's counted form by uid, the PodGroup each names and the podgrouper's generated PodGroups,
 and redoes only the pods that changed or whose PodGroup appeared or went (`refresh`); a change of the
 scheduler names or of `require_podgroup` redoes them all. What varies every cycle — binds and evictions in
-flight — is laid over the kept pods by position (`overlay`), never stored.
+flight — is laid over the kept pods by position (`overlay`), never stored in them; the pods it lays over
+are the same objects from cycle to cycle while their bind or eviction is (`Derived`).
 
 The counted form of one entry (`counted`) is the single rule; a full pass and the incremental one both use
 it, and `tests/unit/core/test_pod_assembly.py` checks that they give the same pods on random changes.
@@ -15,7 +16,7 @@ it, and `tests/unit/core/test_pod_assembly.py` checks that they give the same po
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -58,6 +59,27 @@ def placed(pod: Pod, node: str, gpu_groups: tuple[str, ...]) -> Pod:
     return msgspec.structs.replace(pod, node_name=node, labels=labels, gpu_groups=gpu_groups_of(labels))
 
 
+class Derived:
+    """Pods made from a kept pod each cycle (placed for a bind in flight, releasing for an eviction, blocked
+    by a PDB), handed over as the same object while the source object and the reason stay the same: every
+    cycle would otherwise make a few thousand new objects at a busy shard, and the session's kept pass (which
+    tells changed pods by identity) would count them all again. Only what the last cycle made is kept."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[Pod, object, Pod]] = {}  # uid → (source, reason, made)
+        self.now: dict[str, tuple[Pod, object, Pod]] = {}
+
+    def get(self, pod: Pod, reason: object, make: Callable[[], Pod]) -> Pod:
+        old = self.last.get(pod.uid)
+        made = old[2] if old is not None and old[0] is pod and old[1] == reason else make()
+        self.now[pod.uid] = (pod, reason, made)
+        return made
+
+    def done(self) -> None:
+        """End of a cycle: what was not asked for this cycle is forgotten."""
+        self.last, self.now = self.now, {}
+
+
 @dataclass
 class PodAssembly:
     order: KeyOrder = field(default_factory=lambda: KeyOrder(_entry_order))
@@ -67,6 +89,7 @@ class PodAssembly:
     members: dict[str, set[str]] = field(default_factory=dict)  # PodGroup key → uids that read it
     generated: dict[str, dict[str, tuple[str, PodGroup]]] = field(default_factory=dict)  # key → uid → (pod key, group)
     pending: dict[str, set[str]] = field(default_factory=dict)  # "ns/name" of a kept pod on no node → uids
+    derived: Derived = field(default_factory=Derived)  # the overlay's placed and releasing pods
 
     def refresh(self, pods: Mapping, groups: Mapping[str, PodGroup], *, managed: frozenset[str],
                 require_podgroup: bool, touched_pods: Collection[str], touched_groups: Collection[str]) -> None:
@@ -99,18 +122,19 @@ class PodAssembly:
     def overlay(self, pods: list[Pod], inflight: Mapping[str, tuple[str, tuple[str, ...]]],
                 evicting: Collection[str]) -> list[Pod]:
         """`pods` (snapshot order) with binds in flight placed and evictions in flight releasing."""
-        if not inflight and not evicting:
-            return pods
+        derived = self.derived
         changes: dict[str, Pod] = {}
         for key, bind in inflight.items():  # a pod's own uid is looked up before its "ns/name"
             for uid in (*((key,) if key in self.kept else ()), *self.pending.get(key, ())):
                 pod = self.kept.get(uid)
                 if pod is not None and pod.node_name is None and uid not in changes:
-                    changes[uid] = placed(pod, *(inflight.get(uid) or bind))
+                    to = inflight.get(uid) or bind
+                    changes[uid] = derived.get(pod, to, lambda pod=pod, to=to: placed(pod, *to))
         for uid in evicting:
             pod = self.kept.get(uid)
             if pod is not None and pod.node_name and not pod.deleting:
-                changes[uid] = msgspec.structs.replace(pod, deleting=True)
+                changes[uid] = derived.get(pod, True, lambda pod=pod: msgspec.structs.replace(pod, deleting=True))
+        derived.done()
         if not changes:
             return pods
         out = list(pods)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from shoal.core.ingest.assembly import PodAssembly
+from shoal.core.ingest.assembly import Derived, PodAssembly
 from shoal.core.ingest.common import IngestError, Problem, metadata, name_of, namespace_of
 from shoal.core.ingest.config import config_from
 from shoal.core.ingest.key_order import REBUILD_FRACTION, KeyOrder
@@ -171,6 +171,7 @@ class _Kept:
     groups: KeyOrder = field(default_factory=lambda: KeyOrder(group_order))
     touched_pods: set[str] = field(default_factory=set)
     touched_groups: set[str] = field(default_factory=set)
+    blocked: Derived = field(default_factory=Derived)  # pods a PDB keeps from eviction, as last cycle's objects
 
 
 @dataclass
@@ -276,7 +277,10 @@ def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapp
     if model.pdbs:
         blocked = blocked_pod_keys(model.pdbs.values(), ((p.key, p.namespace, p.labels) for p in pods if p.node_name))
         if blocked:
-            pods = [msgspec.structs.replace(p, eviction_blocked=True) if p.key in blocked else p for p in pods]
+            make = kept.blocked.get
+            pods = [make(p, True, lambda p=p: msgspec.structs.replace(p, eviction_blocked=True))
+                    if p.key in blocked else p for p in pods]
+    kept.blocked.done()
     groups = model.pod_groups
     ordered = _with_generated(list(map(groups.__getitem__, kept.groups.keys(groups))), kept.pods.generated_groups())
     nodes = model.nodes
