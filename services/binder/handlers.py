@@ -84,6 +84,7 @@ class Binder:
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
     _applying: dict[str, asyncio.Future] = field(default_factory=dict)  # shard → its latest plan under way
     _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
+    _made: set[str] = field(default_factory=set)  # reservation pods made here and not yet seen by the watch
 
     def __post_init__(self) -> None:
         self.bind_failures = BindFailures(self.kube)  # the bind back-off's count on the PodGroup
@@ -318,14 +319,8 @@ class Binder:
                                  compute_mode: str | None = None) -> str:
         name = ko.reservation_name(node, group)
         ns = self.reservation_namespace
-        try:
-            await self.kube.create(k.PODS, ko.reservation_pod(
-                node, group, ns, image=self.reservation_image,
-                annotations=fractions.reservation_annotations(compute_mode)), namespace=ns, answer=False)
-            self._reservations.inc()
-            log.info("reservation_pod_created", node=node, gpu_group=group, pod=f"{ns}/{name}")
-        except ConflictError:
-            pass  # it exists: one reservation pod per shared GPU, whatever the replays
+        if not self._reservation_exists(name):  # a plan's Reserve made it: its binds post no second create
+            await self._create_reservation(node, group, compute_mode)
         if not wait:
             return ""
         deadline = time.monotonic() + self.reservation_timeout_s
@@ -337,6 +332,8 @@ class Binder:
             uuid = watch.uuids.get(name) if watch is not None else None
             if uuid is None and (watch is None or not watch.synced or time.monotonic() >= read_at):
                 pod = await self._get(k.PODS, f"{ns}/{name}")
+                if pod is None:  # gone since it was made (or taken to exist): made again
+                    await self._create_reservation(node, group, compute_mode)
                 uuid = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ko.RESERVE_ANNOTATION)
                 read_at = time.monotonic() + 1.0
             if uuid:
@@ -349,6 +346,28 @@ class Binder:
                 await watch.changed(timeout_s=1.0, change=change)
             else:
                 await asyncio.sleep(0.2)
+
+    def _reservation_exists(self, name: str) -> bool:
+        """The reservation pod exists as far as this binder knows: the synced watch has it, or this process
+        made it and the watch has not shown it yet (nor its deletion)."""
+        watch = self.reservations
+        if watch is not None and watch.synced and name in watch.pods:
+            self._made.discard(name)
+            return True
+        return name in self._made
+
+    async def _create_reservation(self, node: str, group: str, compute_mode: str | None) -> None:
+        name = ko.reservation_name(node, group)
+        ns = self.reservation_namespace
+        try:
+            await self.kube.create(k.PODS, ko.reservation_pod(
+                node, group, ns, image=self.reservation_image,
+                annotations=fractions.reservation_annotations(compute_mode)), namespace=ns, answer=False)
+            self._reservations.inc()
+            log.info("reservation_pod_created", node=node, gpu_group=group, pod=f"{ns}/{name}")
+        except ConflictError:
+            pass  # it exists: one reservation pod per shared GPU, whatever the replays
+        self._made.add(name)
 
     async def sync_reservations(self) -> int:
         """Delete the reservation pods of shared GPUs no pod uses any more; returns how many. The reservation pods
@@ -505,6 +524,8 @@ class Binder:
 
     async def _delete_quietly(self, key: str) -> None:
         namespace, name = ko.split(key)
+        if namespace == self.reservation_namespace:
+            self._made.discard(name)
         await self._quietly(self.kube.delete(k.PODS, name, namespace=namespace, body={"gracePeriodSeconds": 0}))
 
     async def _quietly(self, call) -> None:

@@ -302,3 +302,44 @@ async def test_a_failed_bind_round_is_counted_once_per_plan_on_the_podgroup_befo
     assert inflight.entries == {}, "the leases are removed: the pods are planned again once the back-off ends"
     decisions = [m for _, m in bus.done if getattr(m, "type", "").endswith("bind-failed")]
     assert sorted(d.data["bindFailures"] or 0 for d in decisions) == [0, 3]
+
+
+class ReservingKube(FakeKube):
+    """Reservation pods are stored on create (409 once one exists) and get their GPU id at once."""
+
+    async def create(self, resource, body, *, namespace=None, name=None, subresource=None, **kwargs):
+        if resource.plural == "pods" and subresource is None:
+            key = f"{namespace}/{body['metadata']['name']}"
+            self.calls.append(("create", "pods", None))
+            if key in self.pods:
+                from shoal.errors import ConflictError
+                raise ConflictError("exists", status=409)
+            self.pods[key] = {**body, "metadata": {**body["metadata"],
+                                                   "annotations": {"run.ai/reserve_for_gpu_index": "GPU-1"}}}
+            return body
+        return await super().create(resource, body, namespace=namespace, name=name, subresource=subresource)
+
+
+async def test_a_reserved_gpu_gets_one_reservation_create_for_its_plan_and_its_binds():
+    """The plan's Reserve makes the GPU's reservation pod; the two fractions bound into that GPU find it
+    and post no create of their own (each was a 409 at the apiserver before), and a reservation pod deleted
+    behind the binder's back is made again when a bind waits on it."""
+    from shoal.core.plan import Reserve
+
+    ops = [Reserve(node="n1", gpu_group="g1", gpu_index=0)]
+    for i in range(2):
+        ops.append(Bind(pod=f"ns/p{i}", pod_uid=f"uid-{i}", node="n1", gpu_groups=("g1",), fraction="0.50",
+                        received_resource_type="Fraction"))
+    inflight = FakeInFlight({f"uid-{i}": InFlightBind(pod=f"ns/p{i}", pod_uid=f"uid-{i}", node="n1",
+                                                      plan_id="plan-1", expires_at=1e12) for i in range(2)})
+    kube, bus = ReservingKube(pods(2)), GatedBus()
+    bus.gate.set()
+    b = binder(kube, inflight, bus)
+    await b.on_plan(plan_of(ops), DELIVERY)
+    assert kube.bound == {"ns/p0", "ns/p1"}
+    assert kube.calls.count(("create", "pods", None)) == 1
+    reservation = next(key for key in kube.pods if key.startswith("kai-resource-reservation/"))
+    del kube.pods[reservation]  # deleted behind the binder's back
+    kube.calls.clear()
+    assert await b.ensure_reservation("n1", "g1", wait=True) == "GPU-1"
+    assert kube.calls.count(("create", "pods", None)) == 1
