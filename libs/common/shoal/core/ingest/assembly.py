@@ -122,25 +122,30 @@ class PodAssembly:
     def overlay(self, pods: list[Pod], inflight: Mapping[str, tuple[str, tuple[str, ...]]],
                 evicting: Collection[str]) -> list[Pod]:
         """`pods` (snapshot order) with binds in flight placed and evictions in flight releasing."""
-        derived = self.derived
+        derived, kept, pending = self.derived, self.kept, self.pending
         changes: dict[str, Pod] = {}
-        for key, bind in inflight.items():  # a pod's own uid is looked up before its "ns/name"
-            for uid in (*((key,) if key in self.kept else ()), *self.pending.get(key, ())):
-                pod = self.kept.get(uid)
-                if pod is not None and pod.node_name is None and uid not in changes:
-                    to = inflight.get(uid) or bind
-                    changes[uid] = derived.get(pod, to, lambda pod=pod, to=to: placed(pod, *to))
+        for key, bind in inflight.items():  # by the pod's own uid, else by "ns/name" (a recreated pod)
+            pod = kept.get(key)
+            if pod is not None:
+                if pod.node_name is None:
+                    changes[key] = derived.get(pod, bind, lambda pod=pod, to=bind: placed(pod, *to))
+                continue
+            for uid in pending.get(key, ()):
+                pod = kept[uid]
+                if uid not in changes and uid not in inflight:  # its own uid's bind wins
+                    changes[uid] = derived.get(pod, bind, lambda pod=pod, to=bind: placed(pod, *to))
         for uid in evicting:
-            pod = self.kept.get(uid)
+            pod = kept.get(uid)
             if pod is not None and pod.node_name and not pod.deleting:
                 changes[uid] = derived.get(pod, True, lambda pod=pod: msgspec.structs.replace(pod, deleting=True))
         derived.done()
         if not changes:
             return pods
+        if len(changes) * 16 > len(pods):  # many: one pass is cheaper than a binary search each
+            return [changes.get(pod.uid, pod) for pod in pods]
         out = list(pods)
         for pod in changes.values():
-            at = bisect_left(out, pod_order(pod), key=pod_order)
-            out[at] = pod
+            out[bisect_left(out, pod_order(pod), key=pod_order)] = pod
         return out
 
     def _keep(self, uid: str, pod: Pod | None, group_key: str | None, gen: tuple[str, PodGroup] | None) -> None:
