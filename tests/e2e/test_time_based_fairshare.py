@@ -94,15 +94,24 @@ async def test_recorded_usage_shrinks_a_queues_fair_share(shoal: Any, stack: Any
             plan = await eventually(planned, timeout_s=60, what="a plan with both queues")
             assert (plan[a]["fair_share"], plan[b]["fair_share"]) == (5_000, 11_000)
 
-            # and the service keeps recording: the shard's history grows past what the test injected
+            # and the service keeps recording: the shard's history grows past what the test injected, and what it
+            # adds once both nodes are in its snapshots is the whole shard's 16 GPUs for every second it covers (a
+            # sample it took before the nodes existed rightly recorded a capacity of 0: not counted here; the
+            # figures above are published after their sample is recorded, so every later sample saw both nodes)
+            def totals(buckets) -> tuple[float, float]:
+                return sum(bk.seconds for bk in buckets), sum(bk.capacity.gpu for bk in buckets)
+
+            seen_s, seen_gpu = totals((await history.buckets(node_pool))[1])
+            assert seen_s >= injected
+
             async def recorded():
                 params, buckets = await history.buckets(node_pool)
-                newest = max(buckets, key=lambda bk: bk.start_s)
-                return (params, newest) if sum(bk.seconds for bk in buckets) > injected else None
+                return (params, totals(buckets)) if totals(buckets)[0] > seen_s else None
 
-            params, newest = await eventually(recorded, timeout_s=60, what="the fairshare service's own samples")
+            params, (now_s, now_gpu) = await eventually(recorded, timeout_s=60,
+                                                        what="the fairshare service's own samples")
             assert params == PARAMS
-            assert newest.capacity.gpu == pytest.approx(16_000 * newest.seconds)
+            assert now_gpu - seen_gpu == pytest.approx(16_000 * (now_s - seen_s))
         finally:
             for name in (a, b):
                 await kube.delete(QUEUES, name)
