@@ -35,9 +35,12 @@ def snapshot() -> dict[str, list[str]]:
 
 
 def compare(
-    before: dict[str, list[str]], after: dict[str, list[str]], pids: dict[str, int], state: Path
+    before: dict[str, list[str]], after: dict[str, list[str]], pids: dict[str, int], state: Path, *,
+    pods: bool = True,
 ) -> list[str]:
-    """What is in `after` but not `before` and could be ours, plus processes of the stack still alive."""
+    """What is in `after` but not `before` and could be ours, plus processes of the stack still alive.
+    `pods`: also every process in a real node's cgroups (their names do not name the state dir); False for a
+    check made beside another real-node stack that runs pods, of a stack that ran none."""
     left = []
     for key, now in after.items():
         for item in sorted(set(now) - set(before.get(key, []))):
@@ -51,7 +54,7 @@ def compare(
     for name, pid in pids.items():
         if _running(pid):
             left.append(f"process {name} (pid {pid})")
-    left += [f"process {pid} ({cmd[:80]})" for pid, cmd in _processes_of(str(state))]
+    left += [f"process {pid} ({cmd[:80]})" for pid, cmd in _processes_of(str(state), pods=pods)]
     return left
 
 
@@ -62,9 +65,9 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _processes_of(state: str) -> list[tuple[int, str]]:
-    """Processes whose command line names the state dir (containerd shims) or that live in a real node's
-    cgroups (the pods' processes)."""
+def _processes_of(state: str, *, pods: bool = True) -> list[tuple[int, str]]:
+    """Processes whose command line names the state dir (containerd shims) or, with `pods`, that live in a
+    real node's cgroups (the pods' processes)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -74,6 +77,6 @@ def _processes_of(state: str) -> list[tuple[int, str]]:
             cgroups = (proc / "cgroup").read_text()
         except OSError:
             continue
-        if (state in cmd or "/shoal-real-node-" in cgroups) and _running(int(proc.name)):
+        if (state in cmd or (pods and "/shoal-real-node-" in cgroups)) and _running(int(proc.name)):
             found.append((int(proc.name), cmd))
     return found
