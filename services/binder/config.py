@@ -24,4 +24,4 @@ class BinderSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     reservation_grace_s: Annotated[float, doc("a reservation pod younger than this is never released")] = 30.0
     parallel: Annotated[int, doc("API calls in flight per plan phase (binds, evictions, status writes)")] = 64
     # binds of the next plan while the rest of the last one is under way
-    pipeline: Annotated[PositiveInt, doc("plans per shard under way at once")] = 4
+    pipeline: Annotated[PositiveInt, doc("plans per shard under way at once")] = 32

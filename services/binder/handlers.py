@@ -61,6 +61,11 @@ class BindNotice:
     type: str
 
 
+# a plan's ops that no later plan's can contradict (events about what happened): they go out right after the
+# plan's binds, not in plan order
+UNORDERED = (BindNotice, PodGroupEvent, Pipeline)
+
+
 @dataclass
 class Binder:
     kube: k.Kube
@@ -104,8 +109,8 @@ class Binder:
     async def start_plan(self, plan: PlanIssued, delivery: Delivery) -> asyncio.Future | None:
         """Start applying the plan; returns its work, under way (None: applied in full before). The next
         plan's reservations and binds may start at once (the planner never plans a pod or GPU another plan
-        holds in flight), while the rest of each plan (evictions, conditions, events, queue status) runs
-        in plan order per shard, after its own binds."""
+        holds in flight); each plan's events follow its own binds, while the rest of each plan (evictions,
+        conditions, annotations, queue status) runs in plan order per shard (`_finish`)."""
         if await self.seen.contains(plan.plan_id):
             return None  # a redelivery of a plan applied in full already
         binds = asyncio.ensure_future(self._reserve_and_bind(plan))
@@ -140,16 +145,23 @@ class Binder:
         return phases
 
     async def _finish(self, plan: PlanIssued, binds: asyncio.Future, before: asyncio.Future | None) -> None:
-        """After the plan's binds and the previous plan's rest: everything else, the binds' own events and the
-        queues' status; then the plan counts as applied (marked seen, its offset committable)."""
+        """After the plan's binds: its events at once (what they say holds whatever another plan does); then,
+        after the previous plan's rest, what a later plan may overwrite (conditions, annotations, core pods,
+        evictions, pods' Unschedulable condition) and the queues' status, skipped when a later plan
+        of the shard is under way already (its figures are newer); then the plan counts as applied (marked
+        seen, its offset committable). Waiting on the previous plan holds a pipeline slot: only what needs the
+        order waits."""
         started = time.perf_counter()
         try:
             phases = await binds
+            rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
+            await self._concurrently(plan, [*[op for op in rest if isinstance(op, UNORDERED)],
+                                            *self._notices.pop(plan.plan_id, [])])
             if before is not None:
                 await asyncio.wait([before])  # its failure is its own (the consumer rewinds to it)
-            rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
-            await asyncio.gather(self._concurrently(plan, [*rest, *self._notices.pop(plan.plan_id, [])]),
-                                 self.queue_statuses(plan))
+            later = self._applying.get(plan.shard) not in (None, asyncio.current_task())
+            await asyncio.gather(self._concurrently(plan, [op for op in rest if not isinstance(op, UNORDERED)]),
+                                 *(() if later else (self.queue_statuses(plan),)))
             await self._flush(plan.plan_id)
             phases.append(round(time.perf_counter() - started, 3))
         finally:
@@ -161,7 +173,7 @@ class Binder:
         log.info("plan_applied", shard=plan.shard, plan_id=plan.plan_id, revision=plan.revision,
                  reservations=sum(isinstance(op, Reserve) for op in plan.ops),
                  binds=sum(isinstance(op, Bind) for op in plan.ops),
-                 other_ops=sorted({type(op).__name__ for op in rest}),
+                 other_ops=sorted({type(op).__name__ for op in rest}), queue_status=not later,
                  phases_s=phases, seconds=round(time.perf_counter() - started, 3))
 
     async def queue_statuses(self, plan: PlanIssued) -> None:

@@ -23,7 +23,7 @@ from e2e_helpers import eventually
 
 from shoal.adapters.kube import PODGROUPS, PODS
 from shoal.devstack.procs import launch, stop_process, wait_ready
-from shoal.devstack.scheduler import service_spec
+from shoal.devstack.scheduler import install_base, service_spec
 
 NODES, GPUS = 12, 8
 GANGS, GANG_SIZE, SINGLES, HALVES = 15, 4, 40, 100  # 60 + 40 + 100 = 200 pods; demand 150 GPUs > 96
@@ -112,6 +112,7 @@ async def create_many(kube, kind, docs, namespace, parallel=16):
 async def test_kill_each_service_during_a_burst(stack, kube, kube_api, namespace, gpu_nodes):
     from shoal.adapters.kube import QUEUES
 
+    await install_base(stack.kubeconfig)  # the CRDs: run alone, no other test has installed them
     prefix = f"fault{uuid.uuid4().hex[:6]}"
     pool = prefix
     names = await gpu_nodes(NODES, gpus=GPUS, pool=pool, labels={"shoal.io/isolated": prefix})

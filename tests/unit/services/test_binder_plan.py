@@ -225,12 +225,13 @@ async def test_a_fraction_whose_lease_ran_out_while_waiting_for_its_gpu_is_not_b
 
 
 class GatedKube(FakeKube):
-    """Bindings of the pods in `held` wait for `gate`; events are recorded in the order they were posted."""
+    """Bindings of the pods in `held` wait for `gate`; events and patches are recorded in the order posted."""
 
     def __init__(self, pods, held):
         super().__init__(pods)
         self.held, self.gate = held, asyncio.Event()
         self.events: list[str] = []
+        self.patched: list[tuple[str, str, dict]] = []
 
     async def create(self, resource, body, *, namespace=None, name=None, subresource=None, **kwargs):
         if subresource == "binding" and f"{namespace}/{name}" in self.held:
@@ -239,10 +240,25 @@ class GatedKube(FakeKube):
             self.events.append(body["involvedObject"]["name"])
         return await super().create(resource, body, namespace=namespace, name=name, subresource=subresource)
 
+    async def patch(self, resource, name, body, **kwargs):
+        self.patched.append((resource.plural, name, body))
+        return await super().patch(resource, name, body, **kwargs)
 
-async def test_pipelined_plans_bind_at_once_but_finish_in_plan_order():
-    """The second plan's bind goes out while the first plan's bind still waits; the second plan's events,
-    and its being applied, come only after the first's."""
+
+def _plan(plan_id: str, ops: tuple, gpus_allocated: int = 0) -> PlanIssued:
+    from shoal.core.plan import QueueFigures, ResourceFigures
+
+    queues = (QueueFigures(name="q", gpu=ResourceFigures(allocated=gpus_allocated, request=1000)),)
+    return PlanIssued(meta=new_meta("planner", revision=1, id=plan_id), shard="pool", plan_id=plan_id, revision=1,
+                      ops=ops, queues=queues if gpus_allocated else ())
+
+
+async def test_pipelined_plans_bind_at_once_post_their_events_at_once_but_finish_in_plan_order():
+    """The second plan's bind and its Scheduled event go out while the first plan's bind still waits; what a
+    later plan may overwrite (here the PodGroup annotation) and its being applied come only after the first's
+    (an event has nothing to wait for: waiting, it held a pipeline slot)."""
+    from shoal.core.plan import Annotate
+
     first = Bind(pod="ns/p0", pod_uid="uid-0", node="n1")
     second = Bind(pod="ns/p1", pod_uid="uid-1", node="n1")
     inflight = FakeInFlight({
@@ -252,19 +268,42 @@ async def test_pipelined_plans_bind_at_once_but_finish_in_plan_order():
     bus = GatedBus()
     bus.gate.set()
     b = binder(kube, inflight, bus, seen, parallel=4)
-    work_1 = await b.start_plan(plan_of([first], "plan-1"), DELIVERY)
-    work_2 = await b.start_plan(plan_of([second], "plan-2"), DELIVERY)
+    work_1 = await b.start_plan(_plan("plan-1", (first, Annotate(pod_group="ns/g", key="k", value="1"))), DELIVERY)
+    work_2 = await b.start_plan(_plan("plan-2", (second, Annotate(pod_group="ns/g", key="k", value="2"))), DELIVERY)
     for _ in range(200):
-        if "ns/p1" in kube.bound:
+        if kube.events:
             break
         await asyncio.sleep(0.005)
-    assert kube.bound == {"ns/p1"}  # plan 2 bound while plan 1's bind waits
+    assert kube.bound == {"ns/p1"} and kube.events == ["p1"]  # plan 2 bound and told while plan 1's bind waits
     await asyncio.sleep(0.05)
-    assert not work_2.done() and seen.marked == [] and kube.events == []  # its rest waits for plan 1
+    assert not work_2.done() and seen.marked == [] and kube.patched == []  # its ordered rest waits for plan 1
     kube.gate.set()
     await asyncio.wait_for(asyncio.gather(work_1, work_2), 5)
-    assert seen.marked == ["plan-1", "plan-2"] and kube.events == ["p0", "p1"]
+    assert seen.marked == ["plan-1", "plan-2"] and kube.events == ["p1", "p0"]
+    assert [body["metadata"]["annotations"]["k"] for _, _, body in kube.patched] == ["1", "2"]
     assert await b.start_plan(plan_of([first], "plan-1"), DELIVERY) is None  # applied: a redelivery is a no-op
+
+
+async def test_queue_status_is_left_to_a_later_plan_already_under_way():
+    """Plans 1 and 2 both carry the queue's figures; plan 2 started before plan 1 finished, so only its
+    (newer) figures are written. A plan with no later one writes its own."""
+    first = Bind(pod="ns/p0", pod_uid="uid-0", node="n1")
+    inflight = FakeInFlight({
+        "uid-0": InFlightBind(pod="ns/p0", pod_uid="uid-0", node="n1", plan_id="plan-1", expires_at=1e12)})
+    kube, seen = GatedKube(pods(1), held={"ns/p0"}), FakeSeen()
+    bus = GatedBus()
+    bus.gate.set()
+    b = binder(kube, inflight, bus, seen, parallel=4)
+    work_1 = await b.start_plan(_plan("plan-1", (first,), gpus_allocated=1000), DELIVERY)
+    work_2 = await b.start_plan(_plan("plan-2", (), gpus_allocated=2000), DELIVERY)
+    kube.gate.set()
+    await asyncio.wait_for(asyncio.gather(work_1, work_2), 5)
+    assert seen.marked == ["plan-1", "plan-2"]
+    written = [body["status"] for plural, _, body in kube.patched if plural == "queues"]
+    assert len(written) == 1 and written[0]["allocated"]["nvidia.com/gpu"] == "2", written
+    await b.on_plan(_plan("plan-3", (), gpus_allocated=3000), DELIVERY)
+    written = [body["status"] for plural, _, body in kube.patched if plural == "queues"]
+    assert len(written) == 2 and written[1]["allocated"]["nvidia.com/gpu"] == "3", written
 
 
 class RejectingKube(FakeKube):
