@@ -4,9 +4,10 @@ Each watched object is translated when it changes (`services.snapshotter.shards`
 the core reads wakes the publisher, which waits until events pause for `debounce_s` (at most `max_delay_s`
 after the first one) and then stores, for every shard that changed, a delta (`shoal.adapters.shard_snapshots`)
 and announces it. A shard that has not changed is announced again after `heartbeat_s` (grace periods and
-minimum runtimes need fresh cycles). The whole model is stored as a base when this process first publishes a
-shard, when another writer moved the shard on, after a failed write, and when its deltas add up to more than
-`base_every` or to half the base's bytes.
+minimum runtimes need fresh cycles). The whole model is stored as a base that starts a new chain when this
+process first publishes a shard, when another writer moved the shard on and after a failed write; and as a
+checkpoint of its chain (with that revision's delta: planners that follow the chain read the delta, not the
+base) when its deltas add up to more than `base_every` or to half the base's bytes.
 
 Decisions in flight are read from Redis; entries the cluster now shows done (pod bound or gone) or that
 expired are removed here, right after the revision that shows them done is stored, so a planner that reads
@@ -25,6 +26,7 @@ from services.snapshotter.translate import Shards
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Publisher
 from shoal.adapters.shard_snapshots import SnapshotWriter
+from shoal.core.ingest.shard_model import Changes
 from shoal.errors import TransientError
 from shoal.logging import get_logger
 from shoal.messages import topics
@@ -68,6 +70,7 @@ class Chain:
     base_bytes: int
     deltas: int = 0
     delta_bytes: int = 0
+    broken: bool = False  # a delta's write failed: its changes are in no delta, only a new chain can go on
 
 
 @dataclass
@@ -168,12 +171,13 @@ class Snapshotter:
         taken_at = now_text()
         kind = "delta"
         written = None
-        if chain is not None and chain.deltas < self.base_every and chain.delta_bytes * 2 < chain.base_bytes:
+        if chain is not None and not chain.broken and chain.deltas < self.base_every \
+                and chain.delta_bytes * 2 < chain.base_bytes:
             try:
                 written = await self.writer.publish_delta(shard, chain.revision + 1, changes, chain=chain.chain,
                                                           taken_at=taken_at, require_podgroup=self.require_podgroup)
             except TransientError:
-                chain.deltas = self.base_every  # the changes taken are only in the model now: a base carries them
+                chain.broken = True  # the changes taken are only in the model now: a new chain's base carries them
                 raise
         if written is not None and chain is not None:
             chain.revision += 1
@@ -181,7 +185,9 @@ class Snapshotter:
             chain.delta_bytes += written
         else:
             kind = "base"
-            chain = await self._base(shard, taken_at)
+            checkpoint = chain is not None and written is None and not chain.broken and \
+                (chain.deltas >= self.base_every or chain.delta_bytes * 2 >= chain.base_bytes)
+            chain = await self._base(shard, taken_at, (chain.chain, chain.revision, changes) if checkpoint else None)
             written = chain.base_bytes
         # only now that the revision showing them bound is the latest: a planner that no longer finds an
         # entry must read a snapshot with its bind (removed earlier, it could read the previous revision
@@ -201,8 +207,19 @@ class Snapshotter:
                  objects=model.size(), pending=announced.pending_pods, inflight=len(entries) - len(done),
                  settled=len(done))
 
-    async def _base(self, shard: str, taken_at: str) -> Chain:
+    async def _base(self, shard: str, taken_at: str, follows: tuple[str, int, Changes] | None = None) -> Chain:
+        """Store the whole model: as a checkpoint of this process's chain (`follows`: chain, its revision,
+        the changes of the next), which planners that follow the chain never read, or, when that is not
+        possible (another writer moved on), as the start of a new chain."""
         old = self.chains.pop(shard, None)
+        if follows is not None:
+            name, revision = follows[0], follows[1] + 1
+            stored = await self.writer.publish_base(shard, revision, self.shards.model(shard).entries(),
+                                                    taken_at=taken_at, require_podgroup=self.require_podgroup,
+                                                    follows=(name, follows[2]))
+            if stored is not None:
+                self.chains[shard] = chain = Chain(revision=revision, chain=name, base_bytes=stored[1])
+                return chain
         mine = old.revision if old is not None else 0  # numbering goes on from here after a Redis flush
         for _ in range(50):
             revision = max(await self.writer.latest_revision(shard) or 0, mine) + 1

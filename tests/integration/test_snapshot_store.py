@@ -100,6 +100,36 @@ async def test_a_new_base_ends_the_old_chain_and_expires_it(redis: Redis, node_p
         assert 0 < await redis.ttl(key) <= 60, key
 
 
+async def test_a_checkpoint_base_goes_on_with_the_chain_so_followers_never_read_it(
+        redis: Redis, node_pool: str) -> None:
+    """A base stored as a checkpoint of the chain comes with its revision's delta: a reader that follows reads
+    that delta (no base), a fresh reader reads the checkpoint; a checkpoint that is not the chain's next
+    revision is refused, and the delta stored with it expires (a leak otherwise: no later base expires it)."""
+    writer, follower = SnapshotWriter(redis, retain_s=60), SnapshotReader(redis)
+    model = model_of(nodes=2, pods=4)
+    chain, _ = await writer.publish_base(node_pool, 1, model.entries(), taken_at=NOW)  # type: ignore[misc]
+    assert (await follower.read(node_pool)).revision == 1  # type: ignore[union-attr]
+    change = Changes(upserts=Entries(pods=(pod_entry(7, node_name="n1"),)))
+    model.apply(change)
+    assert await writer.publish_base(node_pool, 3, model.entries(), taken_at=NOW, follows=(chain, change)) is None
+    stored = await writer.publish_base(node_pool, 2, model.entries(), taken_at=NOW, follows=(chain, change))
+    assert stored is not None and stored[0] == chain
+    current = await follower.read(node_pool)
+    assert current is not None and current.revision == 2 and current.chain == chain and current.model == model
+    assert (follower.bases_read, follower.deltas_read) == (1, 1)
+    fresh = SnapshotReader(redis)
+    again = await fresh.read(node_pool)
+    assert again is not None and again.revision == 2 and again.model == model and fresh.deltas_read == 0
+    assert 0 < await redis.ttl(redis_keys.snapshot_delta(node_pool, 2)) <= 60
+    for key in (redis_keys.snapshot_base(node_pool, 1), redis_keys.snapshot_base_part(node_pool, 1, 0)):
+        assert 0 < await redis.ttl(key) <= 60, key
+    assert await redis.ttl(redis_keys.snapshot_base(node_pool, 2)) == -1
+    after = Changes(removed=Removed(pods=("u7",)))
+    model.apply(after)
+    assert await writer.publish_delta(node_pool, 3, after, chain=chain, taken_at=NOW) is not None
+    assert (await follower.read(node_pool)).model == model and follower.bases_read == 1  # type: ignore[union-attr]
+
+
 async def test_readers_never_see_a_model_other_than_the_one_written_for_the_revision(
         redis: Redis, node_pool: str, stack: Any) -> None:
     writer = SnapshotWriter(redis, retain_s=0.2)  # superseded chains vanish almost at once
@@ -126,7 +156,11 @@ async def test_readers_never_see_a_model_other_than_the_one_written_for_the_revi
                 model.apply(change)
                 revision += 1
                 history[revision] = ShardModel.of(model.entries())
-                assert await writer.publish_delta(node_pool, revision, change, chain=chain, taken_at=NOW)
+                if step % 40 == 20:  # a checkpoint of the chain (its deltas got large), followed by its delta
+                    assert await writer.publish_base(node_pool, revision, model.entries(), taken_at=NOW,
+                                                     follows=(chain, change))
+                else:
+                    assert await writer.publish_delta(node_pool, revision, change, chain=chain, taken_at=NOW)
             await asyncio.sleep(0)
 
     async def read() -> None:
@@ -204,3 +238,60 @@ async def test_a_snapshot_from_a_newer_schema_or_not_a_snapshot_is_refused_with_
                                                                         taken_at=NOW, parts=0)))
     del older["schema"]  # what writers before the schema field stored
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(older), type=SnapshotBase).schema == 1
+
+
+async def test_the_snapshotter_checkpoints_its_chain_and_starts_a_new_one_only_after_a_lost_delta(
+        redis: Redis, node_pool: str) -> None:
+    """Through the snapshotter's own publishing (real writer, real Redis): past `base_every` deltas it stores a
+    checkpoint of its chain, which a following planner's reader never reads; a delta whose write failed
+    makes the next base a new chain (its changes are in no delta), which every reader reads."""
+    from types import SimpleNamespace
+
+    from services.snapshotter.handlers import Snapshotter
+    from services.snapshotter.translate import Shards
+    from shoal.adapters.inflight import InFlight
+    from shoal.errors import TransientError
+    from shoal.metrics import Metrics
+
+    class Bus:
+        async def publish(self, topic: str, message: object, *, key: str) -> tuple[int, int]:
+            return 0, 0
+
+    labels = {"kai.scheduler/node-pool": node_pool}
+
+    def pod(i: int) -> dict:
+        return {"kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "ns", "uid": f"{node_pool}-u{i}",
+                                            "labels": labels},
+                "spec": {"schedulerName": "shoal-scheduler"}, "status": {"phase": "Pending"}}
+
+    writer = SnapshotWriter(redis, retain_s=60)
+    snap = Snapshotter(mirror=SimpleNamespace(objects={}), shards=Shards("shoal-scheduler", now=lambda: NOW),  # type: ignore[arg-type]
+                       writer=writer, inflight=InFlight(redis), bus=Bus(), metrics=Metrics(), base_every=3)  # type: ignore[arg-type]
+    snap.on_change({"kind": "Node", "metadata": {"name": f"{node_pool}-n", "labels": labels},
+                    "status": {"allocatable": {"nvidia.com/gpu": "8"}}}, False)
+    follower = SnapshotReader(redis)
+    for i in range(8):
+        snap.on_change(pod(i), False)
+        await snap.publish(node_pool)
+        current = await follower.read(node_pool)
+        assert current is not None and len(current.model.pods) == i + 1
+    assert await redis.get(redis_keys.snapshot_base_latest(node_pool)) != b"1"  # checkpoints were stored
+    assert follower.bases_read == 1, "a following reader read a checkpoint"
+    fresh = await SnapshotReader(redis).read(node_pool)
+    assert fresh is not None and fresh.model == current.model and fresh.chain == current.chain
+
+    publish_delta = writer.publish_delta
+
+    async def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise TransientError("redis went away")
+
+    writer.publish_delta = failing  # type: ignore[method-assign]
+    snap.on_change(pod(8), False)
+    with pytest.raises(TransientError):
+        await snap.publish(node_pool)
+    writer.publish_delta = publish_delta  # type: ignore[method-assign]
+    snap.on_change(pod(9), False)
+    await snap.publish(node_pool)
+    after = await follower.read(node_pool)
+    assert after is not None and after.chain != current.chain and follower.bases_read == 2
+    assert len(after.model.pods) == 10  # pod 8's change, in no delta, came with the new chain's base

@@ -13,7 +13,9 @@ still finish). A delta is stored only as the direct successor of the latest revi
 pointer never goes backwards, never names a missing value, and one chain never has gaps.
 
 Reads: a reader keeps the model of the revision it read last and applies the deltas after it (one MGET); a
-reader that has none, is on another chain or finds a delta gone reads the newest base and its deltas.
+reader that has none, is on another chain or finds a delta gone reads the newest base and its deltas. A base
+stored as a checkpoint of the chain (`follows`) comes with its revision's delta, so a reader that follows
+never reads it.
 """
 
 from __future__ import annotations
@@ -88,16 +90,25 @@ class SnapshotWriter:
         return int(raw) if raw is not None else None
 
     async def publish_base(self, shard: str, revision: int, entries: Entries, *, taken_at: str,
-                           require_podgroup: bool = False) -> tuple[str, int] | None:
+                           require_podgroup: bool = False,
+                           follows: tuple[str, Changes] | None = None) -> tuple[str, int] | None:
         """Store the whole model as `revision`: (chain, bytes written), or None when the latest revision is
-        already >= `revision` (nothing is made the latest then; the parts written expire)."""
+        already >= `revision` (nothing is made the latest then; the parts written expire).
+
+        `follows=(chain, changes)`: a checkpoint of that chain, stored only if the latest revision is
+        `revision - 1` (else None), with the delta of `revision` (`changes`) beside it, so readers that
+        follow the chain go on by that delta and only a reader without a model reads the base. Without
+        `follows` a base starts a new chain, and every reader reads it."""
         if revision < 0:
             raise ValueError(f"revision must be >= 0, got {revision}")
         blobs = [_encoder.encode(part) for part in split(entries)]
-        chain = uuid.uuid4().hex
+        chain = follows[0] if follows is not None else uuid.uuid4().hex
         header = SnapshotBase(shard=shard, revision=revision, chain=chain, taken_at=taken_at, parts=len(blobs),
                               schema=SNAPSHOT_SCHEMA,
                               require_podgroup=require_podgroup)
+        delta = None if follows is None else _encoder.encode(SnapshotDelta(
+            shard=shard, revision=revision, chain=chain, taken_at=taken_at, schema=SNAPSHOT_SCHEMA,
+            changes=follows[1], require_podgroup=require_podgroup))
 
         async def write_parts() -> None:
             async with self._redis.pipeline(transaction=False) as pipe:
@@ -106,7 +117,7 @@ class SnapshotWriter:
                 await pipe.execute()
 
         await redis_call("snapshot_base_parts", write_parts)
-        stored = await redis_call("snapshot_base", lambda: self._swap_base(shard, header))
+        stored = await redis_call("snapshot_base", lambda: self._swap_base(shard, header, delta))
         if not stored:
             await redis_call("snapshot_base_drop", lambda: self._expire_base(shard, revision, len(blobs)))
             return None
@@ -138,7 +149,9 @@ class SnapshotWriter:
             except WatchError:
                 return False  # another writer moved the pointer: this chain cannot go on
 
-    async def _swap_base(self, shard: str, header: SnapshotBase) -> bool:
+    async def _swap_base(self, shard: str, header: SnapshotBase, delta: bytes | None = None) -> bool:
+        """Make the base the latest; with `delta` (a checkpoint of the chain) only as the direct successor of
+        the latest revision, and the delta stored with it (expiring: followers read it soon or never)."""
         latest_key = redis_keys.snapshot_latest(shard)
         base_key = redis_keys.snapshot_base_latest(shard)
         revision = header.revision
@@ -150,6 +163,8 @@ class SnapshotWriter:
                     latest = int(raw_latest) if raw_latest is not None else None
                     if latest is not None and latest >= revision:
                         return False
+                    if delta is not None and latest != revision - 1:
+                        return False  # not the chain's next revision: another writer moved on
                     old_base = int(raw_base) if raw_base is not None else None
                     old_header = await pipe.get(redis_keys.snapshot_base(shard, old_base)) \
                         if old_base is not None else None
@@ -157,6 +172,8 @@ class SnapshotWriter:
                     pipe.set(redis_keys.snapshot_base(shard, revision), _encoder.encode(header))
                     pipe.set(base_key, str(revision).encode())
                     pipe.set(latest_key, str(revision).encode())
+                    if delta is not None:
+                        pipe.set(redis_keys.snapshot_delta(shard, revision), delta, px=self._retain_ms)
                     if old_base is not None:
                         parts = _base.decode(old_header).parts if old_header is not None else 0
                         self._queue_expiry(pipe, shard, old_base, parts, latest if latest is not None else old_base)
