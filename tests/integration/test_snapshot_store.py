@@ -130,6 +130,28 @@ async def test_a_checkpoint_base_goes_on_with_the_chain_so_followers_never_read_
     assert (await follower.read(node_pool)).model == model and follower.bases_read == 1  # type: ignore[union-attr]
 
 
+async def test_a_follower_freezes_its_heap_again_after_many_deltas(redis: Redis, node_pool: str) -> None:
+    """With checkpoints a follower may never read a base again: what its deltas brought is frozen after every
+    `refreeze_deltas` of them, as a base is, so full collections do not rescan the model."""
+    import gc
+
+    writer, follower = SnapshotWriter(redis), SnapshotReader(redis, refreeze_deltas=3)
+    chain, _ = await writer.publish_base(node_pool, 1, model_of(nodes=1, pods=1).entries(),  # type: ignore[misc]
+                                         taken_at=NOW)
+    await follower.read(node_pool)
+    counts = []
+    try:
+        for revision in range(2, 8):
+            gc.unfreeze()
+            change = Changes(upserts=Entries(pods=(pod_entry(revision),)))
+            assert await writer.publish_delta(node_pool, revision, change, chain=chain, taken_at=NOW)
+            await follower.read(node_pool)
+            counts.append(gc.get_freeze_count() > 0)
+    finally:
+        gc.unfreeze()
+    assert counts == [False, False, True, False, False, True]  # after the 3rd and the 6th delta
+
+
 async def test_readers_never_see_a_model_other_than_the_one_written_for_the_revision(
         redis: Redis, node_pool: str, stack: Any) -> None:
     writer = SnapshotWriter(redis, retain_s=0.2)  # superseded chains vanish almost at once

@@ -217,10 +217,12 @@ class Progress:
 class SnapshotReader:
     """Keeps the newest model of each shard it reads; `max_deltas`: read a base instead beyond that many."""
 
-    def __init__(self, redis: Redis, *, max_deltas: int = 2_000, tries: int = 5) -> None:
+    def __init__(self, redis: Redis, *, max_deltas: int = 2_000, tries: int = 5, refreeze_deltas: int = 1_000) -> None:
         self._redis = redis
         self._max_deltas = max_deltas
         self._tries = tries
+        self._refreeze_deltas = refreeze_deltas
+        self._unfrozen_deltas = 0  # deltas applied since the heap was last frozen
         self.current: dict[str, Current] = {}
         self.bases_read = 0
         self.deltas_read = 0
@@ -261,9 +263,23 @@ class SnapshotReader:
         for delta in deltas:
             have.model.apply(delta.changes)
         self.deltas_read += len(deltas)
+        self._unfrozen_deltas += len(deltas)
+        if self._unfrozen_deltas >= self._refreeze_deltas:  # a follower may never read a base again
+            self._freeze()
         last = deltas[-1]
         have.revision, have.taken_at, have.require_podgroup = last.revision, last.taken_at, last.require_podgroup
         return True
+
+    def _freeze(self) -> None:
+        """The model is most of a planner's heap (millions of objects at 4,000 nodes) and lives on: kept out of
+        the cyclic GC's reach, a full collection no longer rescans it (~0.8 s each, at unpredictable moments of
+        a cycle). Its objects are still freed by reference counting when dropped. Done after a base and after
+        every `refreeze_deltas` deltas (what the deltas brought would be rescanned otherwise); collected
+        first, everything frozen before included: cyclic garbage frozen would never be freed."""
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        self._unfrozen_deltas = 0
 
     async def _from_base(self, shard: str, latest: int) -> Current | None:
         raw = await redis_call("snapshot_base_revision", lambda: self._redis.get(redis_keys.snapshot_base_latest(shard)))
@@ -283,13 +299,7 @@ class SnapshotReader:
             model.apply(Changes(upserts=_decode(_entries, part, f"base {base_rev} part {i} of shard {shard!r}")))
         current = Current(revision=base_rev, chain=header.chain, taken_at=header.taken_at, model=model,
                           require_podgroup=header.require_podgroup)
-        # The base is most of a planner's heap (millions of objects at 4,000 nodes) and lives until the next
-        # base: kept out of the cyclic GC's reach, a full collection no longer rescans it (~0.8 s each, at
-        # unpredictable moments of a cycle). Its objects are still freed by reference counting when dropped.
-        # Collected first, everything frozen before included: cyclic garbage frozen would never be freed.
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
+        self._freeze()
         self.bases_read += 1
         if latest > base_rev and not await self._follow(shard, current, latest):
             return None
