@@ -24,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.nodeagent.binding import RESERVE_ANNOTATION
 from services.nodeagent.cache import ClusterCache
 from services.nodeagent.config import NodeAgentSettings
+from services.nodeagent.device_record import DeviceRecord
 from services.nodeagent.fake_backend import FakeInventory, gpus_for_node
 from services.nodeagent.handlers import (
     AgentConfig,
@@ -89,7 +90,7 @@ class QuietTick:
 
     @staticmethod
     def applies(result: TickResult, sample: Any) -> bool:
-        return not (result.annotate or result.events or result.kills or result.configmaps or result.pods
+        return not (result.annotate or result.recorded or result.events or result.kills or result.configmaps or result.pods
                     or sample.processes or sample.partial)
 
     def same(self, node: NodeView, pods: list[PodView], sample: Any) -> bool:
@@ -130,9 +131,11 @@ class NodeAgentApp:
         self.node_locks: dict[str, asyncio.Lock] = {}  # one tick of a node at a time (full tick, waiting)
         self.gate = asyncio.Semaphore(settings.parallel_nodes)
         self.ready = False
+        self.device_record = DeviceRecord(settings.fake_device_dir or None)  # fake mode: the device plugin's
         self.config = AgentConfig(
             reservation_namespace=settings.reservation_namespace,
             may_choose_devices=settings.backend == "fake",
+            annotate_devices=not self.device_record.on_disk,
             time_slicing=settings.time_slicing_mode,
             mps=settings.mps_mode,
             swap_reserved_mib=settings.swap_reserved_mib,
@@ -205,6 +208,7 @@ class NodeAgentApp:
             inv = self.inventories.pop(gone, None)
             self.fake_inputs.pop(gone, None)
             self.quiet.pop(gone, None)
+            self.device_record.forget(gone)
             if inv is not None:
                 inv.close()
         self.ready = True
@@ -244,8 +248,13 @@ class NodeAgentApp:
         quiet = self.quiet.get(node.name)
         if quiet is not None and not telemetry_due and quiet.same(node, pods, sample):
             return quiet.result  # nothing the tick reads changed, and it had nothing to do: the same outcome
+        fake = self.settings.backend == "fake"
         result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool),
-                            sharing_mode=self.settings.mode_for(pool), refs=refs, observed=observed)
+                            sharing_mode=self.settings.mode_for(pool), refs=refs, observed=observed,
+                            recorded=self.device_record.of(node.name) if fake else None)
+        if fake:  # before the writes: a crash after them must find what they announced
+            self.device_record.update(node.name, result.recorded,
+                                      live=(p.uid for p in pods if p.active and p.whole_gpus > 0))
         await self.act(node, inv, agent, result, pods)
         if isinstance(inv, FakeInventory):
             inv.sync_simulated(simulated_usage(pods, result.pod_gpus))

@@ -20,6 +20,9 @@ class NodeAgentSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     all_fake_nodes: Annotated[bool, doc("one process serves every node matching the fake-node selector")] = False
     fake_node_selector: Annotated[str, doc("label selector of the fake nodes")] = "shoal.io/fake-node=true"
     backend: Annotated[Literal["nvml", "fake"], doc("where GPUs are read: NVML, or a fake inventory")] = "nvml"
+    fake_device_dir: Annotated[str, doc("fake backend: a directory on the node where the agent keeps which GPUs "
+                                        "each whole-GPU pod holds (one file per node, like the kubelet's device "
+                                        "checkpoint); unset: written to the pod as shoal.io/gpu-devices")] = ""
     reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (shared with the binder)")] = (
         "kai-resource-reservation")
     memory_policy: Annotated[Literal["off", "report", "enforce"], doc("for pools not in the list below")] = "report"

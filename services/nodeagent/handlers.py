@@ -48,6 +48,7 @@ MPS_NODE_LABEL = "nvidia.com/gpu.sharing-strategy"
 class AgentConfig:
     reservation_namespace: str = "kai-resource-reservation"
     may_choose_devices: bool = False  # fake backend: no device plugin, the agent assigns devices
+    annotate_devices: bool = True  # fake backend without an on-disk device record: whole-GPU pods get the annotation
     time_slicing: str = "none"  # none | strict | fair
     mps: bool = False
     swap_reserved_mib: int = 2048
@@ -90,6 +91,7 @@ class TickResult:
     pods: tuple[PodGpuStat, ...] = ()
     notes: list[str] = field(default_factory=list)  # node-level conditions, for the log
     pod_gpus: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pod uid → GPUs it uses (shared or whole)
+    recorded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # fake mode: whole-GPU pod uid → GPUs given now
 
 
 def is_reservation(pod: PodView, namespace: str) -> bool:
@@ -114,7 +116,7 @@ class NodeAgent:
             result.events.append(PodEvent(pod.namespace, pod.name, pod.uid, reason, message))
 
     def _assign(self, gpus: tuple[Gpu, ...], pods: list[PodView], observed: Mapping[str, tuple[str, ...]],
-                result: TickResult) -> dict[str, tuple[str, ...]]:
+                recorded: Mapping[str, tuple[str, ...]], result: TickResult) -> dict[str, tuple[str, ...]]:
         ns = self.config.reservation_namespace
         claims: list[Claim] = []
         whole: set[str] = set()
@@ -126,7 +128,7 @@ class NodeAgent:
                 claims.append(Claim(pod.key, pod.created, 1, existing, observed.get(pod.key, ())))
             elif pod.whole_gpus > 0:
                 whole.add(pod.key)
-                existing = split_devices(pod.annotations.get(FAKE_DEVICES_ANNOTATION, ""))
+                existing = split_devices(pod.annotations.get(FAKE_DEVICES_ANNOTATION, "")) or recorded.get(pod.uid, ())
                 claims.append(Claim(pod.key, pod.created, pod.whole_gpus, existing, observed.get(pod.key, ())))
         got = assign_devices([g.uuid for g in gpus], claims, may_choose=self.config.may_choose_devices)
         by_key = {p.key: p for p in pods}
@@ -135,7 +137,10 @@ class NodeAgent:
             if key in whole:
                 if not self.config.may_choose_devices:
                     continue  # real mode: the device plugin's env is the record; nothing to write
-                result.annotate.append(Annotate(pod.namespace, pod.name, FAKE_DEVICES_ANNOTATION, ",".join(devices)))
+                result.recorded[pod.uid] = devices  # the fake device plugin's allocation (`device_record`)
+                if self.config.annotate_devices:
+                    result.annotate.append(Annotate(pod.namespace, pod.name, FAKE_DEVICES_ANNOTATION,
+                                                    ",".join(devices)))
             else:
                 result.annotate.append(Annotate(pod.namespace, pod.name, RESERVE_ANNOTATION, devices[0]))
         for conflict in got.conflicts:
@@ -156,13 +161,14 @@ class NodeAgent:
         sharing_mode: str = NON_MEMORY_ENFORCED,
         refs: Mapping[int, ContainerRef] | None = None,
         observed: Mapping[str, tuple[str, ...]] | None = None,
+        recorded: Mapping[str, tuple[str, ...]] | None = None,
     ) -> TickResult:
         result = TickResult()
         policy = mode_policy(policy, sharing_mode)
         pods = sorted((p for p in pods if p.node_name == node.name), key=lambda p: p.key)
         gpus = tuple(sorted(sample.gpus, key=lambda g: g.index))
         gpu_by_uuid = {g.uuid: g for g in gpus}
-        devices = self._assign(gpus, pods, observed or {}, result)
+        devices = self._assign(gpus, pods, observed or {}, recorded or {}, result)
         holder = {gpu: key for key, held in devices.items() for gpu in held}
         group_gpu: dict[str, str] = {}
         for pod in pods:

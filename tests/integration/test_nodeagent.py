@@ -145,6 +145,37 @@ async def test_reservations_get_distinct_gpus_and_survive_restart(kube_api: Any,
     assert await eventually(r3_assigned, what="r3 to get the GPU r1 released") == r1
 
 
+async def test_with_a_device_directory_whole_gpu_pods_are_recorded_on_the_node_and_survive_restart(
+        kube_api: Any, namespace: str, rsv: str, node_pool: str, gpu_nodes: Any, tmp_path: Any) -> None:
+    core = client.CoreV1Api(kube_api)
+    node = await one_node(gpu_nodes, gpus=2)
+    train = await create_pod(core, namespace, pod_body("train", node, gpus=1))
+    app = NodeAgentApp(settings(rsv, node_pool, fake_device_dir=str(tmp_path)), kube_api)
+    await app.tick(0.0)
+    assert await annotation(core, namespace, "train", FAKE_DEVICES_ANNOTATION) is None  # no write to the pod
+    held = app.device_record.of(node)[train]
+    assert len(held) == 1 and held[0] in {fake_gpu_uuid(node, i) for i in range(2)}
+
+    # a new process finds the record: a reservation pod gets the other GPU, and then none is free
+    await create_pod(core, rsv, pod_body("r1", node, labels={"runai-gpu-group": "g1"}))
+    second = await create_pod(core, namespace, pod_body("second", node, gpus=1))
+    restarted = NodeAgentApp(settings(rsv, node_pool, fake_device_dir=str(tmp_path)), kube_api)
+    await restarted.tick(0.0)
+    r1 = await annotation(core, rsv, "r1", RESERVE_ANNOTATION)
+    assert r1 is not None and r1 != held[0]
+    assert restarted.device_record.of(node) == {train: held}  # "second" waits for a GPU
+
+    await core.delete_namespaced_pod("train", namespace, grace_period_seconds=0)
+
+    async def second_assigned() -> dict[str, tuple[str, ...]] | None:
+        await restarted.tick(1.0)
+        current = dict(restarted.device_record.of(node))
+        return current if second in current else None
+
+    assert await eventually(second_assigned, what="second to get the GPU train released") == {second: held}
+    assert await annotation(core, namespace, "second", FAKE_DEVICES_ANNOTATION) is None
+
+
 async def shared_gpu(core: client.CoreV1Api, app: NodeAgentApp, node: str, group: str = "g1"
                      ) -> tuple[str, FakeInventory]:
     """A reservation pod for `group` on `node`, and the GPU the agent gave it."""

@@ -123,7 +123,7 @@ def specs_for(scheduler: str, state_dir: Path, info: Any, tag: str, pool: str) -
 
     if scheduler == SHOAL:
         env = shoal_env(info.env(), tag, pool)
-        return [service_spec(name, env) for name in SHOAL_SERVICES]
+        return [service_spec(name, env, state_dir=state_dir) for name in SHOAL_SERVICES]
     if scheduler == KUBE_DEFAULT:
         return [kube_scheduler_spec(KUBE_DEFAULT, info.kubeconfig)]
     if scheduler == KUBE_EQUAL:

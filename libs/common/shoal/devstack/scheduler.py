@@ -44,10 +44,15 @@ def _ready(port: int) -> bool:
         return resp.status == 200
 
 
-def service_spec(name: str, env: Mapping[str, str], *, port: int | None = None) -> ProcessSpec:
+def service_spec(name: str, env: Mapping[str, str], *, port: int | None = None,
+                 state_dir: Path | None = None) -> ProcessSpec:
+    """How to launch one service; with `state_dir`, the fake node agent keeps its GPU allocations there (the
+    fake device plugin's checkpoint, kept across its restarts) instead of annotating every whole-GPU pod."""
     ensure_bytecode()  # else each launch compiles its imports from source (PYTHONDONTWRITEBYTECODE=1)
     port = port or free_port()
+    on_node = {"SHOAL_FAKE_DEVICE_DIR": str(state_dir / "fake-devices")} if name == "nodeagent" and state_dir else {}
     full = {
+        **on_node,
         **env,
         **SERVICE_ENV.get(name, {}),
         "SHOAL_HTTP_PORT": str(port),
@@ -70,7 +75,7 @@ def start_services(
 ) -> dict[str, int]:
     """Launch every service at once (on the HTTP port `ports` names, else a free one), then wait for each one's
     readiness; returns name → pid."""
-    specs = [service_spec(name, env, port=(ports or {}).get(name)) for name in names]
+    specs = [service_spec(name, env, port=(ports or {}).get(name), state_dir=state_dir) for name in names]
     pids = {spec.name: launch(state_dir, spec, tie_to_parent=tie_to_parent) for spec in specs}
     for spec in specs:
         wait_ready(state_dir, spec, pids[spec.name])

@@ -45,7 +45,8 @@ class Services:
         self.state = state_dir
         self.env = {**shoal_env(info.env(), tag, pool), **FAULT_ENV}
         self.topic_prefix = self.env["SHOAL_TOPIC_PREFIX"]
-        self.specs: dict[str, ProcessSpec] = {name: service_spec(name, self.env) for name in SOAK_SERVICES}
+        self.specs: dict[str, ProcessSpec] = {name: service_spec(name, self.env, state_dir=state_dir)
+                                                 for name in SOAK_SERVICES}
         self.pids: dict[str, int] = {}
         self.restarts: dict[str, int] = dict.fromkeys(SOAK_SERVICES, 0)
 
