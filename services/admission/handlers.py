@@ -21,6 +21,7 @@ from aiohttp import web
 from services.admission import podgroups, sharing
 from services.admission import translate as t
 from shoal.adapters import kube as k
+from shoal.core.fields import text
 from shoal.errors import NotFoundError, ShoalError
 from shoal.logging import get_logger
 from shoal.metrics import Metrics
@@ -259,7 +260,7 @@ class PodEvents:
         try:
             for _ in range(self.attempts):
                 pod = await self._find(namespace, name, generate_name)
-                uid = str((pod or {}).get("metadata", {}).get("uid") or "")
+                uid = text(pod, "metadata", "uid")
                 if pod is not None and uid not in self._warned:
                     break
                 await asyncio.sleep(self.interval_s)

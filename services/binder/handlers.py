@@ -24,6 +24,7 @@ from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
 from shoal.adapters.inflight import InFlight, live
 from shoal.adapters.kafka import Delivery, Publisher
+from shoal.core.fields import mapping, text, value_at
 from shoal.core.plan import (
     Annotate,
     Bind,
@@ -233,7 +234,7 @@ class Binder:
                 current = await self._get(k.PODS, op.pod)
                 if current is not None:
                     await self.event("Pod", op.pod, op.reason, op.message, op.type,
-                                     uid=current["metadata"].get("uid", ""))
+                                     uid=text(current, "metadata", "uid"))
                     await self.pod_unschedulable(op.pod, op.message, current)
             else:
                 await self.event("Pod", op.pod, op.reason, op.message, op.type)
@@ -258,7 +259,7 @@ class Binder:
                                    subresource="binding", answer=False)
         except ConflictError:
             current = await self._get(k.PODS, op.pod)
-            if current is not None and (current.get("spec") or {}).get("nodeName") == op.node:
+            if current is not None and value_at(current, "spec", "nodeName") == op.node:
                 await self._bound(plan, op, started)  # a replay of a bind that already happened
                 return
             await self._bind_failed(plan, op, "pod is already bound to another node or was replaced")
@@ -346,7 +347,7 @@ class Binder:
                 pod = await self._get(k.PODS, f"{ns}/{name}")
                 if pod is None:  # gone since it was made (or taken to exist): made again
                     await self._create_reservation(node, group, compute_mode)
-                uuid = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ko.RESERVE_ANNOTATION)
+                uuid = mapping(pod, "metadata", "annotations").get(ko.RESERVE_ANNOTATION)
                 read_at = time.monotonic() + 1.0
             if uuid:
                 return uuid
@@ -445,7 +446,7 @@ class Binder:
             await self.event("PodGroup", op.pod_group, "Evict", op.message, "Normal", annotations={
                 "num-evicted-pods": "1", "evictor-action-type": op.action,
                 "evictor-pod-group-name": by_name, "evictor-pod-group-namespace": by_ns},
-                uid=group["metadata"].get("uid", "") if group else None)
+                uid=text(group, "metadata", "uid") if group else None)
 
     # ---- status ----------------------------------------------------------------------------------
     async def set_condition(self, op: SetCondition) -> None:
@@ -495,7 +496,7 @@ class Binder:
             obj = await self._get(k.PODS if kind == "Pod" else k.PODGROUPS, key)
             if obj is None:
                 return
-            uid = obj["metadata"].get("uid", "")
+            uid = text(obj, "metadata", "uid")
         namespace, name = ko.split(key)
         api_version = "v1" if kind == "Pod" else "scheduling.run.ai/v2alpha2"
         body = ko.core_event(kind, namespace, name, uid, reason, message, event_type,

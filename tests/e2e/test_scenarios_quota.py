@@ -18,6 +18,8 @@ from scenario_helpers import (
     wait_running,
 )
 
+from shoal.core.fields import mapping
+
 
 async def two_run_third_waits(kube, namespace: str) -> tuple[dict[str, dict], str, str]:
     """Three pods p1..p3 were created: two run; returns (running, the waiting pod, its PodGroup)."""
@@ -37,7 +39,7 @@ async def test_s7_omitted_limit_means_quota_so_the_in_quota_pod_runs(shoal, kube
 
     async def effective_limit():
         st = (await queues.get("q")).get("status") or {}
-        return st if st.get("allocated", {}).get("nvidia.com/gpu") == "1" else None
+        return st if mapping(st, "allocated").get("nvidia.com/gpu") == "1" else None
 
     status = await eventually(effective_limit, timeout_s=30, what="the queue status to show 1 GPU allocated")
     assert status["effectiveLimit"]["gpu"] == 1
@@ -102,7 +104,7 @@ async def test_s11_non_preemptible_stays_within_quota(shoal, kube, namespace, no
 
     async def non_preemptible_allocated():
         st = (await queues.get("q")).get("status") or {}
-        return st if st.get("allocatedNonPreemptible", {}).get("nvidia.com/gpu") == "2" else None
+        return st if mapping(st, "allocatedNonPreemptible").get("nvidia.com/gpu") == "2" else None
 
     status = await eventually(non_preemptible_allocated, timeout_s=30,
                               what="queue status allocatedNonPreemptible to show 2 GPUs")

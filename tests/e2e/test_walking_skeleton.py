@@ -12,6 +12,7 @@ from pathlib import Path
 from e2e_helpers import decisions, eventually
 
 from shoal.adapters.kube import PODGROUPS, PODS
+from shoal.core.fields import mapping
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "contracts" / "decision.schema.json").read_text())
 
@@ -107,7 +108,7 @@ async def test_queue_status_shows_allocation_and_effective_limit(shoal, kube, na
         async def status():
             q = await kube.get(QUEUES, name)
             st = q.get("status") or {}
-            return st if st.get("allocated", {}).get("nvidia.com/gpu") == "2" else None
+            return st if mapping(st, "allocated").get("nvidia.com/gpu") == "2" else None
 
         st = await eventually(status, timeout_s=90, what="the queue status to show 2 GPUs allocated")
         assert st["effectiveLimit"]["gpu"] == 2

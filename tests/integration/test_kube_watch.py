@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 
 from shoal.adapters.kube import CONFIGMAPS, NAMESPACES, NODES, Kube, Resource, connect_kube, kube_call
 from shoal.adapters.kube_watch import ListWatch, WatchEvent
+from shoal.core.fields import mapping, value_at
 from shoal.errors import ConflictError, NotFoundError, PermanentError, TransientError
 from shoal.retry import RetryPolicy
 from shoal.settings import KubeSettings
@@ -79,8 +80,8 @@ async def watching(watch: ListWatch) -> AsyncIterator[Events]:
 def named(kind: str, name: str, **data: str) -> Any:
     def match(event: WatchEvent) -> bool:
         obj = event.object or {}
-        return (event.type == kind and obj.get("metadata", {}).get("name") == name
-                and all(obj.get("data", {}).get(k) == v for k, v in data.items()))
+        return (event.type == kind and value_at(obj, "metadata", "name") == name
+                and all(mapping(obj, "data").get(k) == v for k, v in data.items()))
     return match
 
 

@@ -25,6 +25,7 @@ from shoal.adapters import redis_keys
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.redis_client import redis_call
 from shoal.cli.events import describe
+from shoal.core.fields import mapping, value_at
 from shoal.errors import NotFoundError
 from shoal.messages.plan import FairShareComputed
 
@@ -197,7 +198,7 @@ async def explain(kube: k.Kube, fair_shares: LatestValue[FairShareComputed] | No
     """The explanation of pod or pod group `namespace/name` (a pod is looked up first)."""
     subject = f"{namespace}/{name}"
     pod = await _get(kube, k.PODS, name, namespace)
-    pg_name = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(POD_GROUP_ANNOTATION) if pod else name
+    pg_name = mapping(pod, "metadata", "annotations").get(POD_GROUP_ANNOTATION) if pod else name
     pod_group = await _get(kube, k.PODGROUPS, pg_name, namespace) if pg_name else None
     if pod_group is None and decisions_for is not None:  # a gone (or not yet annotated) pod: group from decisions
         groups = [str((d.get("data") or {}).get("podGroup", "")) for d in decisions_for([subject])]
@@ -211,7 +212,7 @@ async def explain(kube: k.Kube, fair_shares: LatestValue[FairShareComputed] | No
     events = await _events(kube, namespace, [name, pg_name or ""])
     owner = pod_group or pod or {}
     labels = (owner.get("metadata") or {}).get("labels") or {}
-    queue = (pod_group or {}).get("spec", {}).get("queue") or next(
+    queue = value_at(pod_group, "spec", "queue") or next(
         (labels[label] for label in QUEUE_LABELS if labels.get(label)), "")
     shard = labels.get(POOL_LABEL) or next((d.get("shard") for d in reversed(decisions) if d.get("shard")),
                                            None) or DEFAULT_SHARD

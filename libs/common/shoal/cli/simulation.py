@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shoal.core.cycle import run_cycle_timed
+from shoal.core.fields import mapping
 from shoal.core.ingest import (
     IngestResult,
     Problem,
@@ -146,7 +147,7 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
             pod = pods[op.pod]
             if any(isinstance(r, Mapping) and r.get("controller") for r in _meta(pod).get("ownerReferences") or ()):
                 namespace, name = op.pod.split("/", 1)
-                base = name.rsplit("-r", 1)[0] if _meta(pod).get("annotations", {}).get("shoal.io/recreated") else name
+                base = name.rsplit("-r", 1)[0] if mapping(pod, "metadata", "annotations").get("shoal.io/recreated") else name
                 fresh = recreate_pod(pod, f"{base}-r{cycle}")
                 fresh["metadata"]["creationTimestamp"] = now
                 _submap(fresh["metadata"], "annotations")["shoal.io/recreated"] = "true"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.adapters import kube as k
+from shoal.core.fields import value_at
 from shoal.devstack import bench_contenders as contenders
 from shoal.devstack.bench_pods import (
     BENCH_LABEL,
@@ -110,7 +111,7 @@ async def close_arena(bench: Bench, arena: Arena) -> None:
         await kube.request("DELETE", k.PODS.path(arena.namespace), body=grace0)
     with contextlib.suppress(NotFoundError):
         reservations, _ = await kube.list(k.PODS, namespace=RESERVATION_NAMESPACE)
-        ours = [p["metadata"]["name"] for p in reservations if p.get("spec", {}).get("nodeName") in set(arena.nodes)]
+        ours = [p["metadata"]["name"] for p in reservations if value_at(p, "spec", "nodeName") in set(arena.nodes)]
         await gather_bounded(CREATE_PARALLEL, [_deleter(kube, n, RESERVATION_NAMESPACE, grace0) for n in ours])
     for resource in (k.NAMESPACES, k.QUEUES):
         with contextlib.suppress(NotFoundError):

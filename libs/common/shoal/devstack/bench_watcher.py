@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from shoal.core.fields import text, value_at
 from shoal.devstack.procs import ProcessSpec
 
 
@@ -91,8 +92,8 @@ async def watch(kubeconfig: str, namespace: str, out: IO[str]) -> None:
             now = time.monotonic()
             objects = event.objects if event.type == "SYNCED" else [event.object or {}]
             for obj in objects:
-                name = obj.get("metadata", {}).get("name", "")
-                node = obj.get("spec", {}).get("nodeName")
+                name = text(obj, "metadata", "name")
+                node = value_at(obj, "spec", "nodeName")
                 if node and name not in seen:
                     seen.add(name)
                     _write(out, {"pod": name, "bound": now, "node": node})

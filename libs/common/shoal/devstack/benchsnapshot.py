@@ -28,6 +28,7 @@ from shoal.adapters import redis_keys
 from shoal.adapters.kafka import Consumer, Delivery, Publisher, ensure_topics
 from shoal.adapters.redis_client import connect_redis
 from shoal.adapters.shard_snapshots import SnapshotWriter
+from shoal.core.fields import mapping
 from shoal.devstack import components
 from shoal.devstack.bench_contenders import cpu_seconds
 from shoal.devstack.errors import DevStackError
@@ -73,7 +74,7 @@ def churn_round(objects: dict[str, dict], nodes: list[str], count: int, serial: 
     template = pending[0] if pending else running[0]
     groups = {f"{o['metadata'].get('namespace')}/{o['metadata']['name']}": o
               for o in objects.values() if o["kind"] == "PodGroup"}
-    group_of = template["metadata"].get("annotations", {}).get("pod-group-name")
+    group_of = mapping(template, "metadata", "annotations").get("pod-group-name")
     group = groups.get(f"{template['metadata'].get('namespace')}/{group_of}")
     for i in range(count):
         name = f"bench-{serial}-{i}"

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from shoal.core.fields import items, mapping, text, value_at
 from shoal.devstack import paths
 from shoal.devstack.errors import DevStackError
 from shoal.devstack.images import build_images, push_images
@@ -121,15 +122,15 @@ def not_ready(kubeconfig: str | Path) -> str:
     out = []
     for namespace in (SYSTEM_NS, NODE_NS):
         pods = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "pods", "-o", "json", check=False) or "{}")
-        for pod in pods.get("items", []):
-            conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
-            if conditions.get("Ready") == "True" or pod.get("status", {}).get("phase") == "Succeeded":
+        for pod in items(pods, "items"):
+            conditions = {value_at(c, "type"): value_at(c, "status") for c in items(pod, "status", "conditions")}
+            if conditions.get("Ready") == "True" or value_at(pod, "status", "phase") == "Succeeded":
                 continue
-            why = [f"{s['name']}: {w.get('reason')} {w.get('message', '')[:160]}".strip()
-                   for s in pod.get("status", {}).get("containerStatuses", [])
-                   for w in (s.get("state", {}).get("waiting") or {},) if w]
-            out.append(f"{namespace}/{pod['metadata']['name']} {pod['status'].get('phase')} "
-                       f"{'; '.join(why) or pod['status'].get('message') or ''}".strip())
+            why = [f"{text(s, 'name')}: {w.get('reason')} {text(w, 'message')[:160]}".strip()
+                   for s in items(pod, "status", "containerStatuses")
+                   for w in (mapping(s, "state", "waiting"),) if w]
+            out.append(f"{namespace}/{text(pod, 'metadata', 'name')} {value_at(pod, 'status', 'phase')} "
+                       f"{'; '.join(why) or value_at(pod, 'status', 'message') or ''}".strip())
     return "pods not ready: " + (" | ".join(out) if out else "none")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from shoal.core.fields import items
 from shoal.devstack.bytecode import ensure_bytecode
 from shoal.devstack.paths import REPO
 from shoal.devstack.procs import ProcessSpec, free_port, launch, stop_process, wait_ready
@@ -128,7 +129,7 @@ async def install_base(kubeconfig: str, *, timeout_s: float = 60.0) -> None:
         deadline = asyncio.get_running_loop().time() + timeout_s
         for name in names:
             while True:
-                conds = ((await kube.get(crd, name)).get("status") or {}).get("conditions") or []
+                conds = items(await kube.get(crd, name), "status", "conditions")
                 if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
                     break
                 if asyncio.get_running_loop().time() > deadline:

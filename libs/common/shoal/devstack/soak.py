@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.adapters import kube as k
+from shoal.core.fields import value_at
 from shoal.devstack import soak_sample as sample
 from shoal.devstack.bench_contenders import ISOLATED_LABEL
 from shoal.devstack.bench_pods import BENCH_LABEL
@@ -244,7 +245,7 @@ async def cluster_state(soak: Soak) -> tuple[list[dict], list[dict], list[dict],
     pods = [p for p in everything if p["metadata"].get("namespace") == soak.namespace]
     ours = set(soak.nodes)
     reservations = [r for r in everything if r["metadata"].get("namespace") == RESERVATION_NAMESPACE
-                    and r.get("spec", {}).get("nodeName") in ours]
+                    and value_at(r, "spec", "nodeName") in ours]
     groups, _ = await kube.list(k.PODGROUPS, namespace=soak.namespace)
     return nodes, pods, reservations, groups
 
@@ -324,7 +325,7 @@ async def close_arena(soak: Soak) -> list[str]:
     with contextlib.suppress(NotFoundError, TransientError):
         reservations, _ = await soak.kube.list(k.PODS, namespace=RESERVATION_NAMESPACE)
         for r in reservations:
-            if r.get("spec", {}).get("nodeName") in set(soak.nodes):
+            if value_at(r, "spec", "nodeName") in set(soak.nodes):
                 leftovers.append(f"reservation pod {r['metadata']['name']}")
                 await retrying(lambda n=r["metadata"]["name"]: soak.kube.delete(
                     k.PODS, n, namespace=RESERVATION_NAMESPACE, body=GRACE0))

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from shoal.core.fields import items, mapping, value_at
 from shoal.core.ingest.quantity import QuantityError, parse_quantity
 from shoal.core.model import LABEL_GPU_GROUP
 from shoal.devstack.bench_pods import FRACTION_ANNOTATION, GPU
@@ -33,14 +34,14 @@ def _qty(value: object) -> Fraction:
 
 def holds_resources(pod: Mapping[str, Any]) -> bool:
     """Bound and not finished: a pod with a deletionTimestamp still holds its node until it is gone."""
-    return bool(pod.get("spec", {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in (
+    return bool(value_at(pod, "spec", "nodeName")) and value_at(pod, "status", "phase") not in (
         "Succeeded", "Failed")
 
 
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
     """CPU, memory and GPUs a pod takes on its node (limits stand in for missing requests, as Kubernetes does)."""
     out: dict[str, Fraction] = defaultdict(Fraction)
-    for container in pod.get("spec", {}).get("containers") or ():
+    for container in items(pod, "spec", "containers"):
         resources = container.get("resources") or {}
         limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
         for name in RESOURCES:
@@ -51,7 +52,7 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
 
 
 def _fraction(pod: Mapping[str, Any]) -> Fraction:
-    return _qty((pod.get("metadata", {}).get("annotations") or {}).get(FRACTION_ANNOTATION))
+    return _qty(mapping(pod, "metadata", "annotations").get(FRACTION_ANNOTATION))
 
 
 def overcommitted(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -67,7 +68,7 @@ def overcommitted(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
         for name, value in pod_requests(pod).items():
             used[node][name] += value
         used[node]["pods"] += 1
-        group = (pod.get("metadata", {}).get("labels") or {}).get(LABEL_GPU_GROUP)
+        group = mapping(pod, "metadata", "labels").get(LABEL_GPU_GROUP)
         if _fraction(pod):
             shares[group or f"(no group: {pod['metadata'].get('name')})"] += _fraction(pod)
         elif group:
@@ -100,8 +101,8 @@ def pending_without_reason(pods: Iterable[Mapping[str, Any]], groups: Iterable[M
     reasons = {g["metadata"]["name"] for g in groups if (g.get("status") or {}).get("schedulingConditions")}
     out = []
     for pod in pods:
-        meta = pod.get("metadata", {})
-        if pod.get("spec", {}).get("nodeName") or meta.get("deletionTimestamp"):
+        meta = mapping(pod, "metadata")
+        if value_at(pod, "spec", "nodeName") or meta.get("deletionTimestamp"):
             continue
         group = (meta.get("annotations") or {}).get("pod-group-name", "")
         if group not in reasons:
@@ -113,12 +114,12 @@ def orphan_reservations(reservations: Iterable[Mapping[str, Any]], pods: Iterabl
                         nodes: Iterable[str]) -> list[str]:
     """Reservation pods on `nodes` whose shared GPU holds no live fractional pod (deleting ones ignored)."""
     ours = set(nodes)
-    groups = {(p.get("metadata", {}).get("labels") or {}).get(LABEL_GPU_GROUP) for p in pods
-              if _fraction(p) and p.get("spec", {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")}
+    groups = {mapping(p, "metadata", "labels").get(LABEL_GPU_GROUP) for p in pods
+              if _fraction(p) and value_at(p, "spec", "nodeName") and not value_at(p, "metadata", "deletionTimestamp")}
     out = []
     for r in reservations:
-        meta = r.get("metadata", {})
-        if r.get("spec", {}).get("nodeName") not in ours or meta.get("deletionTimestamp"):
+        meta = mapping(r, "metadata")
+        if value_at(r, "spec", "nodeName") not in ours or meta.get("deletionTimestamp"):
             continue
         group = (meta.get("labels") or {}).get(LABEL_GPU_GROUP)
         if group not in groups:

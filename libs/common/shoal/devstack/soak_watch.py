@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from shoal.adapters import kube as k
+from shoal.core.fields import mapping, text
 
 
 class PodTracker:
@@ -30,7 +31,7 @@ class PodTracker:
         self.events = 0
 
     def _seen(self, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata", {})
+        meta = mapping(obj, "metadata")
         name, uid = meta.get("name", ""), meta.get("uid", "")
         self.live[name] = obj
         node = (obj.get("spec") or {}).get("nodeName")
@@ -51,13 +52,13 @@ class PodTracker:
         if event.type == "SYNCED":
             if event.reason != "initial":
                 self.relists += 1
-            names = {o.get("metadata", {}).get("name", "") for o in event.objects}
+            names = {text(o, "metadata", "name") for o in event.objects}
             for name in set(self.live) - names:
                 self._deleted(name)
             for obj in event.objects:
                 self._seen(obj)
         elif event.type == "DELETED":
-            self._deleted((event.object or {}).get("metadata", {}).get("name", ""))
+            self._deleted(text(event.object, "metadata", "name"))
         else:
             self._seen(event.object or {})
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from shoal.core.fields import value_at
+
 
 class Relist(Exception):
     """The watch cannot continue from its resourceVersion (410 Gone): list again."""
@@ -54,7 +56,7 @@ async def watch_from(fn: Any, selector: dict[str, str], rv: str, on_event: Any) 
                     if obj.get("code") == 410:
                         raise Relist
                     raise RuntimeError(f"watch error: {obj.get('message')}")
-                rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                rv = value_at(obj, "metadata", "resourceVersion", default=rv)
                 if kind != "BOOKMARK":
                     await on_event(kind, obj)
     finally:
