@@ -131,7 +131,7 @@ class NodeAgentApp:
         self.node_locks: dict[str, asyncio.Lock] = {}  # one tick of a node at a time (full tick, waiting)
         self.gate = asyncio.Semaphore(settings.parallel_nodes)
         self.ready = False
-        self.device_record = DeviceRecord(settings.fake_device_dir or None)  # fake mode: the device plugin's
+        self.device_record = DeviceRecord(settings.fake_device_dir)  # fake mode: the device plugin's
         self.config = AgentConfig(
             reservation_namespace=settings.reservation_namespace,
             may_choose_devices=settings.backend == "fake",
@@ -248,7 +248,7 @@ class NodeAgentApp:
         quiet = self.quiet.get(node.name)
         if quiet is not None and not telemetry_due and quiet.same(node, pods, sample):
             return quiet.result  # nothing the tick reads changed, and it had nothing to do: the same outcome
-        fake = self.settings.backend == "fake"
+        fake = self.config.may_choose_devices
         result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool),
                             sharing_mode=self.settings.mode_for(pool), refs=refs, observed=observed,
                             recorded=self.device_record.of(node.name) if fake else None)

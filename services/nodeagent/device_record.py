@@ -69,18 +69,13 @@ class DeviceRecord:
     def update(self, node: str, assigned: Mapping[str, tuple[str, ...]], live: Iterable[str]) -> bool:
         """Add the new allocations and drop those of pods no longer active on the node; True if it changed
         (then the node's file is rewritten, atomically)."""
-        held = dict(self.of(node))
+        current = self.of(node)
         keep = set(live)
-        changed = False
-        for uid in [u for u in held if u not in keep]:
-            del held[uid]
-            changed = True
-        for uid, gpus in assigned.items():
-            if held.get(uid) != gpus:
-                held[uid] = gpus
-                changed = True
-        if not changed:
-            return False
+        gone = [uid for uid in current if uid not in keep]
+        new = {uid: gpus for uid, gpus in assigned.items() if current.get(uid) != gpus}
+        if not gone and not new:
+            return False  # the usual tick: nothing to copy or write
+        held = {uid: gpus for uid, gpus in current.items() if uid in keep} | new
         self._nodes[node] = held
         if self.directory is not None:
             self._write(node, held)

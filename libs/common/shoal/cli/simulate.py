@@ -6,14 +6,13 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping
 
 from shoal.cli.manifests import ManifestError, Origin, load_documents
 from shoal.cli.simulate_output import render_json, render_table, timings_json
 from shoal.cli.simulation import DEFAULT_NOW, simulate
+from shoal.core.fields import mapping
 from shoal.core.ingest import parse_time
 from shoal.core.ingest.common import IngestError
-from shoal.core.podgrouper import mapping_or_empty
 
 DESCRIPTION = f"""\
 Run the real Shoal scheduling core for N cycles on manifests (no Kafka, Redis or Kubernetes).
@@ -108,21 +107,17 @@ def _load_config(path: str) -> tuple[dict | None, list[str]]:
     return doc, []
 
 
-def _meta_of(doc: object) -> Mapping:
-    return mapping_or_empty(mapping_or_empty(doc).get("metadata"))
-
-
 def _where(index: int, field: str, origins: list[Origin], docs: list, config_path: str | None) -> str:
     if index < 0:
         return f"{config_path}:1: {field or 'document'}" if config_path else f"(generated): {field or 'document'}"
     if index < len(origins):
         return origins[index].where(field)
     doc = docs[index] if index < len(docs) else {}
-    refs = _meta_of(doc).get("ownerReferences")
+    refs = mapping(doc, "metadata").get("ownerReferences")
     owner = refs[0].get("name") if isinstance(refs, list) and refs and isinstance(refs[0], dict) else None
     for i, candidate in enumerate(docs[: len(origins)]):
-        if owner is not None and _meta_of(candidate).get("name") == owner:
-            name = _meta_of(doc).get("name")
+        if owner is not None and mapping(candidate, "metadata").get("name") == owner:
+            name = mapping(doc, "metadata").get("name")
             return origins[i].where(f"spec.template (pod {name}): {field}" if field else "spec.template")
     return f"(generated): {field or 'document'}"
 

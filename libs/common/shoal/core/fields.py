@@ -4,7 +4,7 @@ Any field may be absent, `null` (a CRD's `status.conditions` right after creatio
 pod nobody annotated) or of another type than expected (hand-written manifests): `obj.get("status", {})`
 returns None for `"status": null`, and the next `.get` raises in a watch loop. These never raise:
 
-    value_at(pod, "spec", "nodeName")                 # the value, or None (or `default`)
+    value_at(pod, "spec", "nodeName")              # the value, or None (or `default`)
     mapping(pod, "metadata", "annotations")        # a Mapping, {} unless the field is one
     items(crd, "status", "conditions")             # a list, [] unless the field is one
     text(pod, "metadata", "uid")                   # a str, "" unless the field is one

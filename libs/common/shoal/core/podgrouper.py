@@ -36,6 +36,8 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from shoal.core.fields import items, mapping
+
 API_VERSION = "scheduling.run.ai/v2alpha2"
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 NODE_POOL_LABEL = "kai.scheduler/node-pool"
@@ -78,7 +80,7 @@ def stable_uid(*parts: str) -> str:
 
 def object_uid(obj: Mapping, default_namespace: str = "default") -> str:
     """metadata.uid, or a deterministic one derived from kind/namespace/name."""
-    meta = _meta(obj)
+    meta = mapping(obj, "metadata")
     if meta.get("uid"):
         return str(meta["uid"])
     namespace = str(meta.get("namespace") or default_namespace)
@@ -96,20 +98,6 @@ class Grouping:
         if self.subgroup is not None:
             meta["labels"] = {SUBGROUP_LABEL: self.subgroup}
         return {"metadata": meta}
-
-
-def _meta(obj: Mapping) -> Mapping:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def list_or_empty(value: object) -> list:
-    """A list field, or [] when it is missing or not a list (bad input never raises here)."""
-    return value if isinstance(value, list) else []
-
-
-def mapping_or_empty(value: object) -> Mapping:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _str_map(value: object) -> dict[str, str]:
@@ -134,7 +122,7 @@ class OwnerIndex:
         for obj in objects:
             if not isinstance(obj, Mapping) or obj.get("kind") in (None, "Pod"):
                 continue
-            meta = _meta(obj)
+            meta = mapping(obj, "metadata")
             uid = meta.get("uid")
             if uid:
                 self._by_uid[str(uid)] = obj
@@ -154,7 +142,7 @@ class OwnerIndex:
 
 def controller_ref(obj: Mapping) -> Mapping | None:
     """The controller ownerReference (else the first one), or None."""
-    refs = [r for r in list_or_empty(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)]
+    refs = [r for r in items(mapping(obj, "metadata").get("ownerReferences")) if isinstance(r, Mapping)]
     for ref in refs:
         if ref.get("controller"):
             return ref
@@ -162,8 +150,8 @@ def controller_ref(obj: Mapping) -> Mapping | None:
 
 
 def _flagged(obj: Mapping, key: str) -> bool:
-    meta = _meta(obj)
-    return any(str(mapping_or_empty(meta.get(where)).get(key, "")).strip().lower() == "true"
+    meta = mapping(obj, "metadata")
+    return any(str(mapping(meta.get(where)).get(key, "")).strip().lower() == "true"
                for where in ("annotations", "labels"))
 
 
@@ -174,7 +162,7 @@ def skips_podgrouper(pod: Mapping, owners: Iterable[Mapping] = ()) -> bool:
 
 def owner_chain(pod: Mapping, owners: OwnerIndex) -> list[Mapping]:
     """Owners from the direct one up to the top; a missing owner becomes a stub from its ref."""
-    namespace = str(_meta(pod).get("namespace") or "default")
+    namespace = str(mapping(pod, "metadata").get("namespace") or "default")
     chain: list[Mapping] = []
     current: Mapping = pod
     seen: set[str] = set()
@@ -212,7 +200,7 @@ def _top_owner(chain: list[Mapping]) -> tuple[Mapping | None, list[Mapping]]:
 def _first_label(objs: Iterable[Mapping], keys: Iterable[str]) -> str | None:
     keys = tuple(keys)
     for obj in objs:
-        labels = _str_map(_meta(obj).get("labels"))
+        labels = _str_map(mapping(obj, "metadata").get("labels"))
         for key in keys:
             if labels.get(key):
                 return labels[key]
@@ -232,7 +220,7 @@ def _replica_total(spec: Mapping, specs_key: str) -> int:
 def _ray_min(spec: Mapping) -> int:
     cluster = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), Mapping) else spec
     total = 1  # the head
-    for group in list_or_empty(cluster.get("workerGroupSpecs")):
+    for group in items(cluster.get("workerGroupSpecs")):
         if isinstance(group, Mapping):
             total += _int(group.get("minReplicas", group.get("replicas", 0)), 0) * max(
                 _int(group.get("numOfHosts", 1), 1), 1)
@@ -242,27 +230,27 @@ def _ray_min(spec: Mapping) -> int:
 def _jobset_layout(jobset: Mapping, pod: Mapping, chain: list[Mapping]) -> tuple[dict, str | None]:
     """Root minSubGroup, subgroups and this pod's leaf subgroup for a JobSet."""
     spec = jobset.get("spec") if isinstance(jobset.get("spec"), Mapping) else {}
-    rjobs = [r for r in list_or_empty(spec.get("replicatedJobs")) if isinstance(r, Mapping) and isinstance(r.get("name"), str)]
+    rjobs = [r for r in items(spec.get("replicatedJobs")) if isinstance(r, Mapping) and isinstance(r.get("name"), str)]
     subgroups: list[dict] = []
     for rjob in rjobs:
         name = str(rjob["name"])
         replicas = max(_int(rjob.get("replicas", 1), 1), 1)
         template = rjob.get("template") if isinstance(rjob.get("template"), Mapping) else {}
         tspec = template.get("spec") if isinstance(template.get("spec"), Mapping) else {}
-        leaf_min = _int(_str_map(_meta(template).get("annotations")).get(BATCH_MIN_MEMBER),
+        leaf_min = _int(_str_map(mapping(template, "metadata").get("annotations")).get(BATCH_MIN_MEMBER),
                         max(_int(tspec.get("parallelism", 1), 1), 1))
         subgroups.append({"name": name, "minSubGroup": replicas})
         for index in range(replicas):
             subgroups.append({"name": f"{name}-{index}", "parent": name, "minMember": leaf_min})
     startup = spec.get("startupPolicy") if isinstance(spec.get("startupPolicy"), Mapping) else {}
     default_min = 1 if startup.get("startupPolicyOrder") == "InOrder" else max(len(rjobs), 1)
-    root_min = _int(_str_map(_meta(jobset).get("annotations")).get(BATCH_MIN_MEMBER), default_min)
-    labels = _str_map(_meta(pod).get("labels"))
+    root_min = _int(_str_map(mapping(jobset, "metadata").get("annotations")).get(BATCH_MIN_MEMBER), default_min)
+    labels = _str_map(mapping(pod, "metadata").get("labels"))
     rjob_name = labels.get("jobset.sigs.k8s.io/replicatedjob-name")
     index = labels.get("jobset.sigs.k8s.io/job-index")
     if (rjob_name is None or index is None) and chain and chain[0].get("kind") == "Job":
-        job_name = str(_meta(chain[0]).get("name") or "")
-        prefix = f"{_meta(jobset).get('name')}-"
+        job_name = str(mapping(chain[0], "metadata").get("name") or "")
+        prefix = f"{mapping(jobset, 'metadata').get('name')}-"
         for rjob in rjobs:
             head = f"{prefix}{rjob['name']}-"
             if job_name.startswith(head) and job_name[len(head):].isdigit():
@@ -273,7 +261,7 @@ def _jobset_layout(jobset: Mapping, pod: Mapping, chain: list[Mapping]) -> tuple
 
 def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str]) -> Grouping:
     """The PodGroup (manifest) that `pod` belongs to under KAI's podgrouper rules."""
-    pmeta = _meta(pod)
+    pmeta = mapping(pod, "metadata")
     pod_name = str(pmeta.get("name") or "")
     pod_uid = object_uid(pod)
     namespace = str(pmeta.get("namespace") or "default")
@@ -288,7 +276,7 @@ def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str
     if top is None or kind in PER_POD_KINDS:
         name = f"pg-{pod_name}-{pod_uid}"
     else:
-        tmeta = _meta(top)
+        tmeta = mapping(top, "metadata")
         name = f"pg-{tmeta.get('name')}-{object_uid(top, namespace)}"
         tspec = top.get("spec") if isinstance(top.get("spec"), Mapping) else {}
         tannotations = _str_map(tmeta.get("annotations"))
@@ -319,7 +307,7 @@ def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str
         spec["preemptibility"] = preemptibility
 
     source = top if top is not None else pod
-    smeta = _meta(source)
+    smeta = mapping(source, "metadata")
     annotations = _str_map(smeta.get("annotations"))
     if annotations.get(TOPOLOGY_ANNOTATION):
         constraint = {"topology": annotations[TOPOLOGY_ANNOTATION]}

@@ -17,19 +17,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 
+from shoal.core.fields import items, mapping
 from shoal.core.ingest.common import IngestError, Problem
-from shoal.core.podgrouper import KUBEFLOW_SPECS, list_or_empty, mapping_or_empty, object_uid, stable_uid
+from shoal.core.podgrouper import KUBEFLOW_SPECS, object_uid, stable_uid
 
 ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-
-
-def _meta(obj: object) -> Mapping:
-    return mapping_or_empty(mapping_or_empty(obj).get("metadata"))
-
-
-def _spec(obj: object) -> Mapping:
-    return mapping_or_empty(mapping_or_empty(obj).get("spec"))
 
 
 def _plain_map(value: object) -> dict:
@@ -62,12 +55,12 @@ def _guard(made: int) -> None:
 
 def _owner_ref(owner: Mapping) -> dict:
     return {"apiVersion": str(owner.get("apiVersion") or ""), "kind": str(owner.get("kind") or ""),
-            "name": str(_meta(owner).get("name") or ""), "uid": object_uid(owner), "controller": True}
+            "name": str(mapping(owner, "metadata").get("name") or ""), "uid": object_uid(owner), "controller": True}
 
 
 def _pod(owner: Mapping, template: Mapping, name: str, labels: Mapping[str, str] | None = None) -> dict:
-    tmeta = _meta(template)
-    ometa = _meta(owner)
+    tmeta = mapping(template, "metadata")
+    ometa = mapping(owner, "metadata")
     namespace = str(ometa.get("namespace") or "default")
     metadata: dict = {
         "name": name,
@@ -82,33 +75,33 @@ def _pod(owner: Mapping, template: Mapping, name: str, labels: Mapping[str, str]
     for key in ("labels", "annotations"):
         if not metadata[key]:
             del metadata[key]
-    spec = copy.deepcopy(dict(_spec(template)))
+    spec = copy.deepcopy(dict(mapping(template, "spec")))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": "Pending"}}
 
 
 def _job_pods(job: Mapping) -> list[dict]:
-    spec = _spec(job)
+    spec = mapping(job, "spec")
     parallelism = _count(spec.get("parallelism"), 1, "spec.parallelism")
     completions = spec.get("completions")
     if isinstance(completions, int) and not isinstance(completions, bool):
         parallelism = min(parallelism, max(completions, 0))
-    name = str(_meta(job).get("name"))
+    name = str(mapping(job, "metadata").get("name"))
     template = spec.get("template") if isinstance(spec.get("template"), Mapping) else {}
     return [_pod(job, template, f"{name}-{i}", {"batch.kubernetes.io/job-name": name}) for i in range(parallelism)]
 
 
 def _replica_pods(owner: Mapping) -> list[dict]:
-    spec = _spec(owner)
-    name = str(_meta(owner).get("name"))
+    spec = mapping(owner, "spec")
+    name = str(mapping(owner, "metadata").get("name"))
     template = spec.get("template") if isinstance(spec.get("template"), Mapping) else {}
     return [_pod(owner, template, f"{name}-{i}") for i in range(_count(spec.get("replicas"), 1))]
 
 
 def _kubeflow_pods(job: Mapping) -> list[dict]:
-    specs = _spec(job).get(KUBEFLOW_SPECS[str(job.get("kind"))])
-    name = str(_meta(job).get("name"))
+    specs = mapping(job, "spec").get(KUBEFLOW_SPECS[str(job.get("kind"))])
+    name = str(mapping(job, "metadata").get("name"))
     pods = []
-    specs = mapping_or_empty(specs)
+    specs = mapping(specs)
     for role in sorted(specs, key=str):
         rs = specs[role]
         if not isinstance(rs, Mapping):
@@ -123,10 +116,10 @@ def _kubeflow_pods(job: Mapping) -> list[dict]:
 
 
 def _jobset_objects(jobset: Mapping) -> list[dict]:
-    name = str(_meta(jobset).get("name"))
-    namespace = str(_meta(jobset).get("namespace") or "default")
+    name = str(mapping(jobset, "metadata").get("name"))
+    namespace = str(mapping(jobset, "metadata").get("namespace") or "default")
     out: list[dict] = []
-    for rjob in list_or_empty(_spec(jobset).get("replicatedJobs")):
+    for rjob in items(mapping(jobset, "spec").get("replicatedJobs")):
         if not isinstance(rjob, Mapping) or not isinstance(rjob.get("name"), str) or not rjob["name"]:
             continue
         template = rjob.get("template") if isinstance(rjob.get("template"), Mapping) else {}
@@ -134,13 +127,13 @@ def _jobset_objects(jobset: Mapping) -> list[dict]:
             job_name = f"{name}-{rjob['name']}-{index}"
             job = {"apiVersion": "batch/v1", "kind": "Job",
                    "metadata": {"name": job_name, "namespace": namespace, "uid": stable_uid("Job", namespace, job_name),
-                                "annotations": _plain_map(_meta(template).get("annotations")),
+                                "annotations": _plain_map(mapping(template, "metadata").get("annotations")),
                                 "ownerReferences": [_owner_ref(jobset)]},
-                   "spec": copy.deepcopy(dict(_spec(template)))}
+                   "spec": copy.deepcopy(dict(mapping(template, "spec")))}
             labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": str(rjob["name"]),
                       "jobset.sigs.k8s.io/job-index": str(index)}
-            if _meta(jobset).get("creationTimestamp"):
-                job["metadata"]["creationTimestamp"] = _meta(jobset)["creationTimestamp"]
+            if mapping(jobset, "metadata").get("creationTimestamp"):
+                job["metadata"]["creationTimestamp"] = mapping(jobset, "metadata")["creationTimestamp"]
             out.append(job)
             for pod in _job_pods(job):
                 pod["metadata"].setdefault("labels", {}).update(labels)
@@ -150,8 +143,8 @@ def _jobset_objects(jobset: Mapping) -> list[dict]:
 
 
 def _lws_pods(lws: Mapping) -> list[dict]:
-    spec = _spec(lws)
-    name = str(_meta(lws).get("name"))
+    spec = mapping(lws, "spec")
+    name = str(mapping(lws, "metadata").get("name"))
     template = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), Mapping) else {}
     size = max(_count(template.get("size"), 1, "spec.leaderWorkerTemplate.size"), 1)
     worker = template.get("workerTemplate") if isinstance(template.get("workerTemplate"), Mapping) else {}
@@ -168,11 +161,11 @@ def _lws_pods(lws: Mapping) -> list[dict]:
 
 
 def _ray_pods(cluster: Mapping) -> list[dict]:
-    spec = _spec(cluster)
-    name = str(_meta(cluster).get("name"))
+    spec = mapping(cluster, "spec")
+    name = str(mapping(cluster, "metadata").get("name"))
     head = spec.get("headGroupSpec") if isinstance(spec.get("headGroupSpec"), Mapping) else {}
-    pods = [_pod(cluster, mapping_or_empty(head.get("template")), f"{name}-head", {"ray.io/node-type": "head"})]
-    for group in list_or_empty(spec.get("workerGroupSpecs")):
+    pods = [_pod(cluster, mapping(head.get("template")), f"{name}-head", {"ray.io/node-type": "head"})]
+    for group in items(spec.get("workerGroupSpecs")):
         if not isinstance(group, Mapping):
             continue
         count = _count(group.get("minReplicas"), _count(group.get("replicas"), 0, "spec.workerGroupSpecs.replicas"),
@@ -180,7 +173,7 @@ def _ray_pods(cluster: Mapping) -> list[dict]:
         gname = str(group.get("groupName") or "workers")
         _guard(len(pods) + count)
         for i in range(count):
-            pods.append(_pod(cluster, mapping_or_empty(group.get("template")), f"{name}-{gname}-worker-{i}",
+            pods.append(_pod(cluster, mapping(group.get("template")), f"{name}-{gname}-worker-{i}",
                              {"ray.io/node-type": "worker", "ray.io/group": gname}))
     return pods
 
@@ -201,8 +194,8 @@ def _owned_keys(objects: Iterable[Mapping]) -> set[tuple[str, str, str]]:
     """(namespace, kind, name) and (uid) keys of every owner some object already points at."""
     owned: set[tuple[str, str, str]] = set()
     for obj in objects:
-        ns = str(_meta(obj).get("namespace") or "default")
-        for ref in list_or_empty(_meta(obj).get("ownerReferences")):
+        ns = str(mapping(obj, "metadata").get("namespace") or "default")
+        for ref in items(mapping(obj, "metadata").get("ownerReferences")):
             if isinstance(ref, Mapping):
                 owned.add((ns, str(ref.get("kind") or ""), str(ref.get("name") or "")))
                 if ref.get("uid"):
@@ -211,8 +204,8 @@ def _owned_keys(objects: Iterable[Mapping]) -> set[tuple[str, str, str]]:
 
 
 def _identity(obj: Mapping) -> set[tuple[str, str, str]]:
-    ns = str(_meta(obj).get("namespace") or "default")
-    return {(ns, str(obj.get("kind") or ""), str(_meta(obj).get("name") or "")), ("uid", "", object_uid(obj))}
+    ns = str(mapping(obj, "metadata").get("namespace") or "default")
+    return {(ns, str(obj.get("kind") or ""), str(mapping(obj, "metadata").get("name") or "")), ("uid", "", object_uid(obj))}
 
 
 def expand_workloads(objects: Sequence[Mapping], problems: list[Problem] | None = None) -> list[dict]:
@@ -224,16 +217,16 @@ def expand_workloads(objects: Sequence[Mapping], problems: list[Problem] | None 
     """
     owned = _owned_keys(objects)
     expanding = [o for o in objects if str(o.get("kind") or "") in EXPANDERS and not (_identity(o) & owned)
-                 and isinstance(_meta(o).get("name"), str) and _meta(o)["name"]]  # unnamed: ingest reports it
+                 and isinstance(mapping(o, "metadata").get("name"), str) and mapping(o, "metadata")["name"]]  # unnamed: ingest reports it
     expanded_ids: set[tuple[str, str, str]] = set()
     for obj in expanding:
         expanded_ids |= _identity(obj)
     created: list[dict] = []
     position = {id(o): i for i, o in enumerate(objects)}
     for obj in expanding:
-        ref = next((r for r in list_or_empty(_meta(obj).get("ownerReferences")) if isinstance(r, Mapping)), None)
+        ref = next((r for r in items(mapping(obj, "metadata").get("ownerReferences")) if isinstance(r, Mapping)), None)
         if ref is not None:
-            ns = str(_meta(obj).get("namespace") or "default")
+            ns = str(mapping(obj, "metadata").get("namespace") or "default")
             parent = {(ns, str(ref.get("kind") or ""), str(ref.get("name") or "")), ("uid", "", str(ref.get("uid") or ""))}
             if parent & expanded_ids:
                 continue
@@ -253,7 +246,7 @@ def expand_workloads(objects: Sequence[Mapping], problems: list[Problem] | None 
 
 def recreate_pod(pod: Mapping, name: str) -> dict:
     """A fresh pending copy of a controller-owned pod under a new name (its owner recreating it)."""
-    meta = dict(_meta(pod))
+    meta = dict(mapping(pod, "metadata"))
     namespace = str(meta.get("namespace") or "default")
     labels = {k: v for k, v in _plain_map(meta.get("labels")).items()
               if k != "runai-gpu-group" and not str(k).startswith("runai-gpu-group/")}
@@ -262,5 +255,5 @@ def recreate_pod(pod: Mapping, name: str) -> dict:
     new_meta.update(name=name, uid=stable_uid("Pod", namespace, name))
     if labels:
         new_meta["labels"] = labels
-    spec = {k: copy.deepcopy(v) for k, v in dict(_spec(pod)).items() if k != "nodeName"}
+    spec = {k: copy.deepcopy(v) for k, v in dict(mapping(pod, "spec")).items() if k != "nodeName"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": new_meta, "spec": spec, "status": {"phase": "Pending"}}
