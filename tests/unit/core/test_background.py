@@ -86,3 +86,17 @@ def test_a_fraction_placed_on_the_portion_a_background_pod_holds_evicts_it():
                    jobs=[hc, other, job("w", queue="team", fraction=0.25, created=5)])
     plan = run_cycle(snap)  # the free quarter is enough: bound beside them, nothing evicted
     assert len(plan.of(Bind)) == 1 and plan.of(Evict) == []
+
+
+def test_a_pod_that_consolidation_moves_onto_background_room_evicts_the_background_pod():
+    """The plan carries only the moved pod's eviction, but the consolidation holds only if the room it was
+    re-placed on is there when its controller recreates it: the background pod goes, named after the mover."""
+    snap = cluster(nodes=[node("n1", gpus=4), node("n2", gpus=4)], queues=queues(),
+                   jobs=[job("m", queue="team", gpus=2, running_on=["n1"]),
+                         job("a", queue="team", gpus=2, running_on=["n2"], priority_class="build"),
+                         background(job("hc", queue="maintenance", gpus=1, running_on=["n2"])),
+                         job("w", queue="team", gpus=4, created=5)])
+    plan = run_cycle(snap)
+    assert [(op.pod, op.node) for op in plan.of(Pipeline)] == [(f"{NS}/w-0", "n1")]
+    assert sorted((op.pod, op.node, op.action, op.by) for op in plan.of(Evict)) == [
+        (f"{NS}/hc-0", "n2", ACTION, f"{NS}/m"), (f"{NS}/m-0", "n1", "consolidation", f"{NS}/w")]

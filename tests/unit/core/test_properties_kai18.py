@@ -6,7 +6,8 @@
 - each queue's allocated non-preemptible figure is exactly its non-preemptible pods plus the cores of its
   semi-preemptible gangs, after the plan;
 - a background pod is evicted only by `backgroundpods` (never by another action), only on a node where a
-  placement of the same plan is pipelined, by that placement's PodGroup; a node that receives no pipelined
+  placement of the same plan is pipelined, by that placement's PodGroup, or where a pod that consolidation
+  moves was re-placed, by the moved pod's PodGroup; without such a move, a node that receives no pipelined
   placement keeps all its background pods.
 """
 
@@ -96,7 +97,7 @@ def test_semi_preemptible_core_is_never_a_victim_and_quota_figures_count_only_th
         assert figures.get(q, 0) == want[q], (q, figures, dict(want))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kai18_clusters())
 def test_a_background_pod_is_evicted_only_where_a_placement_of_the_plan_takes_its_room(spec):
     snap = make_snapshot(**spec)
@@ -105,12 +106,19 @@ def test_a_background_pod_is_evicted_only_where_a_placement_of_the_plan_takes_it
     pipelined: dict[str, set[str]] = defaultdict(set)  # node -> PodGroups pipelined there
     for op in plan.of(Pipeline):
         pipelined[op.node].add(op.pod_group)
+    # a pod that consolidation moves is re-placed in the plan's simulation, but the plan carries only its
+    # eviction (its controller recreates it): its PodGroup may be the taker where nothing is pipelined
+    moved = {ev.pod_group for ev in plan.of(Evict) if ev.action == "consolidation"}
     for ev in plan.of(Evict):
         if ev.pod in background:
             assert ev.action == ACTION, ev  # no other action takes a background pod
-            assert ev.by in pipelined[ev.node], (ev, dict(pipelined))
+            if pipelined[ev.node]:
+                assert ev.by in pipelined[ev.node], (ev, dict(pipelined))
+            else:
+                assert ev.by in moved, (ev, moved)
         else:
             assert ev.action != ACTION, ev
-    for key, p in background.items():
-        if p.node_name not in pipelined:
-            assert key not in {ev.pod for ev in plan.of(Evict)}, key
+    if not moved:
+        for key, p in background.items():
+            if p.node_name not in pipelined:
+                assert key not in {ev.pod for ev in plan.of(Evict)}, key

@@ -6,7 +6,9 @@ pod), and it counts in no queue's figures. Once the actions are done, `restore` 
 pod its place back, node by node, pods by namespace/name: a pod whose room is still there (idle plus
 releasing on its node, and on each of its shared GPUs the releasing portion it holds) keeps running and
 nothing is sent for it; the others are evicted with the action `backgroundpods` and KAI's message, by the
-PodGroup of the first placement of this plan that took room on that node. A pod whose eviction a
+PodGroup of the first placement of this plan that took room on that node. A pod that consolidation moves
+counts as such a placement where it was re-placed: the plan carries only its eviction (its controller
+recreates it), but the consolidation holds only if that room is there for it. A pod whose eviction a
 PodDisruptionBudget blocks is not treated as background (it could not make room).
 """
 
@@ -70,7 +72,7 @@ def restore(ctx: Context) -> None:
     if not session.background:
         return
     takers: dict[int, str] = {}  # node index -> PodGroup of the first placement that took releasing room
-    for op in ctx.accepted:
+    for op in [*ctx.accepted, *ctx.moved]:
         if op.kind == "pipeline" and op.task.job is not None:
             takers.setdefault(op.node.index, op.task.job.key)
     pods = sorted(session.background, key=lambda entry: (entry[0].index, entry[1].namespace, entry[1].name))

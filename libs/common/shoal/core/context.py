@@ -75,6 +75,7 @@ class Context:
         self.outcomes: dict[str, JobOutcome] = {}
         self.accepted: list[Op] = []  # committed placement/eviction ops in decision order
         self.job_ops: dict[str, list[Op]] = {}
+        self.moved: list[Op] = []  # consolidation's re-placements of the pods it moves (not in the plan)
         self.status_ops: list = []  # Annotate / PodGroupEvent ops from the eviction actions (core II)
         self.counters: dict[str, int] = {}  # e.g. victims simulated per action, budget stops (core II)
         self._victims: VictimPool | None = None

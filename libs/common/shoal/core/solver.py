@@ -317,7 +317,9 @@ def commit(ctx: Context, job: Job, hidden: frozenset[int] = frozenset()) -> list
     ops = [op for op in ctx.statement.commit() if op.kind != "convert"]
     ctx.accept(ops)
     if hidden:
-        drop = {id(op) for op in ops if op.kind == "pipeline" and id(op.task) in hidden}
+        moved = [op for op in ops if op.kind == "pipeline" and id(op.task) in hidden]
+        ctx.moved.extend(moved)
+        drop = {id(op) for op in moved}
         ctx.accepted[:] = [op for op in ctx.accepted if id(op) not in drop]
         for key, job_ops in ctx.job_ops.items():
             if any(id(op) in drop for op in job_ops):
