@@ -17,9 +17,9 @@ from collections.abc import Mapping
 
 from shoal.core.ingest import container_gpu, gpu_env
 from shoal.core.ingest.pods import fraction_of
+from shoal.core.kai_labels import NODE_POOL_LABEL
 from shoal.core.sharing_mode import DISABLED, HAMI_CORE, NV_FRACTIONS, mode_for_pool
 
-POOL_LABEL = "kai.scheduler/node-pool"
 HAMI_LIMIT_KEY = "CUDA_DEVICE_MEMORY_LIMIT"
 MAX_QUANTITY_CHARS = 64
 
@@ -35,7 +35,7 @@ def _annotations(pod: Mapping) -> dict[str, str]:
 def pod_mode(pod: Mapping, default: str, pool_modes: Mapping[str, str], gpu_sharing: bool = True) -> str:
     if not gpu_sharing:
         return DISABLED
-    pool = _map(_map(pod.get("metadata")).get("labels")).get(POOL_LABEL)
+    pool = _map(_map(pod.get("metadata")).get("labels")).get(NODE_POOL_LABEL)
     return mode_for_pool(default, pool_modes, str(pool) if pool else None)
 
 

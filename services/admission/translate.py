@@ -15,11 +15,9 @@ from datetime import UTC, datetime
 
 from services.admission import sharing
 from shoal.core.ingest import container_gpu
+from shoal.core.kai_labels import FRACTION, GPU_MEMORY, NUM_DEVICES
 from shoal.core.sharing_mode import DEFAULT_MODE, DISABLED, disabled_message
 
-GPU_FRACTION = "gpu-fraction"
-GPU_MEMORY = "gpu-memory"
-NUM_DEVICES = "gpu-fraction-num-devices"
 CONTAINER_NAME = "gpu-fraction-container-name"
 MPS = "mps"
 WHOLE_GPU = "nvidia.com/gpu"
@@ -94,7 +92,7 @@ def _requests_whole_gpu(pod: Mapping) -> bool:
 def is_sharing_request(pod: Mapping) -> bool:
     """The pod asks for a shared GPU (a fraction annotation of any kind, per-container memory included)."""
     annotations = _annotations(pod)
-    return any(key in annotations for key in (GPU_FRACTION, GPU_MEMORY, NUM_DEVICES)) or (
+    return any(key in annotations for key in (FRACTION, GPU_MEMORY, NUM_DEVICES)) or (
         container_gpu.has_memory_annotations(annotations))
 
 
@@ -120,8 +118,8 @@ def validate_pod(pod: Mapping, *, gpu_sharing: bool = True, display_name: str = 
     if not gpu_sharing or mode == DISABLED:
         return disabled_message(display_name or pod_display_name(pod))
     annotations = _annotations(pod)
-    has_fraction, has_memory = GPU_FRACTION in annotations, GPU_MEMORY in annotations
-    if has_fraction and parse_fraction(annotations[GPU_FRACTION]) is None:
+    has_fraction, has_memory = FRACTION in annotations, GPU_MEMORY in annotations
+    if has_fraction and parse_fraction(annotations[FRACTION]) is None:
         return FRACTION_RANGE
     if has_memory and parse_positive_int(annotations[GPU_MEMORY]) is None:
         return MEMORY_POSITIVE
@@ -154,7 +152,7 @@ def mutate_pod(pod: Mapping, *, runtime_class: str, runtime_class_exists: bool, 
     if not is_sharing_request(pod) or validate_pod(pod, gpu_sharing=gpu_sharing, mode=mode) is not None:
         return Mutation()
     annotations = _annotations(pod)
-    if GPU_FRACTION not in annotations and GPU_MEMORY not in annotations and not (
+    if FRACTION not in annotations and GPU_MEMORY not in annotations and not (
             container_gpu.has_memory_annotations(annotations)):
         return Mutation()
     patch = sharing.mode_patch(pod, mode, random7)

@@ -25,6 +25,7 @@ from shoal.adapters.dedup import SeenIds
 from shoal.adapters.inflight import InFlight, live
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.core.fields import mapping, text, value_at
+from shoal.core.kai_labels import GPU_GROUP_LABEL, RECEIVED_TYPE, gpu_group_labels
 from shoal.core.plan import (
     Annotate,
     Bind,
@@ -317,7 +318,7 @@ class Binder:
         if pod is None:
             raise NotFoundError(f"pod {op.pod} is gone")
         namespace, name = ko.split(op.pod)
-        annotations = {ko.RECEIVED_TYPE_ANNOTATION: op.received_resource_type,
+        annotations = {RECEIVED_TYPE: op.received_resource_type,
                        **fractions.pod_annotations(pod, op, uuids, mode)}
         writes = []
         if fractions.uses_configmaps(mode):
@@ -325,7 +326,7 @@ class Binder:
                                                         fractions.capabilities_extra(op, mode))
             writes = [self._apply_configmap(capabilities), self._ensure_configmap(evar)]
         await asyncio.gather(*writes, self.kube.patch(k.PODS, name, {"metadata": {
-            "labels": {**ko.gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
+            "labels": {**gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
             "annotations": annotations}}, namespace=namespace, answer=False))
 
     async def ensure_reservation(self, node: str, group: str, *, wait: bool = False,
@@ -401,7 +402,7 @@ class Binder:
         for pod in stale:
             await self._delete_quietly(f"{self.reservation_namespace}/{pod['metadata']['name']}")
             log.info("reservation_pod_released", pod=pod["metadata"]["name"],
-                     gpu_group=pod["metadata"]["labels"].get(ko.GPU_GROUP_LABEL))
+                     gpu_group=pod["metadata"]["labels"].get(GPU_GROUP_LABEL))
         return len(stale)
 
     async def _ensure_configmap(self, cm: dict) -> None:

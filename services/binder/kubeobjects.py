@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shoal.core.ingest import gpu_env
+from shoal.core.kai_labels import GPU_GROUP_LABEL
 from shoal.core.model import (
     ANNOTATION_BIND_FAILURES,
     ANNOTATION_LAST_BIND_ERROR,
@@ -14,9 +15,7 @@ from shoal.core.model import (
 )
 from shoal.core.plan import SetCondition
 
-GPU_GROUP_LABEL = "runai-gpu-group"
 RESERVE_ANNOTATION = "run.ai/reserve_for_gpu_index"
-RECEIVED_TYPE_ANNOTATION = "received-resource-type"
 RESERVATION_APP = "kai-resource-reservation"
 SHARED_LABEL = "shoal.io/gpu-shared"  # on every fractional pod the binder binds (reservation GC selects on it)
 COMPONENT = "shoal-scheduler"
@@ -65,13 +64,6 @@ def reservation_pod(node: str, group: str, namespace: str, *, tolerations: list 
                          "labels": {"app": RESERVATION_APP, GPU_GROUP_LABEL: group},
                          "annotations": {"karpenter.sh/do-not-disrupt": "true", **(annotations or {})}},
             "spec": spec}
-
-
-def gpu_group_labels(groups: tuple[str, ...]) -> dict[str, str]:
-    """KAI: one group → `runai-gpu-group=<g>`; several → `runai-gpu-group/<g>=<g>` each."""
-    if len(groups) == 1:
-        return {GPU_GROUP_LABEL: groups[0]}
-    return {f"{GPU_GROUP_LABEL}/{g}": g for g in groups}
 
 
 def fraction_configmaps(pod: dict, uuids: list[str], portion: str,

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-GPU_GROUP_LABEL = "runai-gpu-group"
+from shoal.core.fields import mapping
+from shoal.core.kai_labels import gpu_groups_of
+
 ACTIVE_PHASES = ("Pending", "Running", "")
 
 
 def groups_of(pod: dict) -> set[str]:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    found = {v for k, v in labels.items() if k == GPU_GROUP_LABEL or k.startswith(GPU_GROUP_LABEL + "/")}
-    return {g for g in found if g}
+    return set(gpu_groups_of(mapping(pod, "metadata", "labels")))
 
 
 def active_groups(pods: Iterable[dict]) -> set[str]:

@@ -26,7 +26,6 @@ from services.nodeagent.memory_policy import Kill, PolicyConfig, PolicyState, Re
 from services.nodeagent.mig import capacity_mib, mig_refusal, node_is_mig, swap_enabled, swap_refusal
 from services.nodeagent.procmap import ContainerRef
 from services.nodeagent.shares import (
-    GROUP_LABEL,
     SHARED_CONFIGMAP,
     SWAP_REQUEST,
     ShareError,
@@ -39,6 +38,7 @@ from services.nodeagent.sharing_modes import mode_policy, mps_values, writes_mps
 from services.nodeagent.telemetry import GpuStat, MigStat, PodGpuStat
 from services.nodeagent.timeslice import compute_plan, mps_env
 from services.nodeagent.translate import NodeView, PodView
+from shoal.core.kai_labels import GPU_GROUP_LABEL
 from shoal.core.sharing_mode import NON_MEMORY_ENFORCED
 
 MPS_NODE_LABEL = "nvidia.com/gpu.sharing-strategy"
@@ -95,7 +95,7 @@ class TickResult:
 
 
 def is_reservation(pod: PodView, namespace: str) -> bool:
-    return pod.namespace == namespace and GROUP_LABEL in pod.labels
+    return pod.namespace == namespace and GPU_GROUP_LABEL in pod.labels
 
 
 class NodeAgent:
@@ -173,7 +173,7 @@ class NodeAgent:
         group_gpu: dict[str, str] = {}
         for pod in pods:
             if is_reservation(pod, self.config.reservation_namespace) and devices.get(pod.key):
-                group_gpu[pod.labels[GROUP_LABEL]] = devices[pod.key][0]
+                group_gpu[pod.labels[GPU_GROUP_LABEL]] = devices[pod.key][0]
 
         mig = node_is_mig(gpus, node.labels, node.allocatable)
         swap = swap_enabled(node.labels)

@@ -19,13 +19,14 @@ from fractions import Fraction
 from services.nodeagent.translate import PodView
 from shoal.core.ingest import container_gpu, gpu_env
 from shoal.core.ingest.quantity import QuantityError, parse_quantity
+from shoal.core.kai_labels import (
+    FRACTION,
+    FRACTION_LIMIT,
+    GPU_MEMORY,
+    GPU_MEMORY_LIMIT,
+    gpu_groups_of,
+)
 
-FRACTION = "gpu-fraction"
-FRACTION_LIMIT = "gpu-fraction-limit"
-MEMORY = "gpu-memory"
-MEMORY_LIMIT = "gpu-memory-limit"
-NUM_DEVICES = "gpu-fraction-num-devices"
-GROUP_LABEL = "runai-gpu-group"
 SHARED_CONFIGMAP = gpu_env.SHARED_CONFIGMAP_ANNOTATION
 SWAP_REQUEST = "gpu-memory-swap"
 
@@ -55,14 +56,13 @@ class ShareError:
 
 
 def is_fractional(pod: PodView) -> bool:
-    return FRACTION in pod.annotations or MEMORY in pod.annotations or (
+    return FRACTION in pod.annotations or GPU_MEMORY in pod.annotations or (
         container_gpu.has_memory_annotations(pod.annotations))
 
 
 def gpu_groups(pod: PodView) -> tuple[str, ...]:
     """The shared-GPU groups a pod belongs to: label `runai-gpu-group`, or `runai-gpu-group/<g>` (multi-device)."""
-    groups = {v for k, v in pod.labels.items() if k == GROUP_LABEL or k.startswith(GROUP_LABEL + "/")}
-    return tuple(sorted(g for g in groups if g))
+    return gpu_groups_of(pod.labels)
 
 
 def _fraction(pod: PodView, key: str) -> Fraction | ShareError:
@@ -82,7 +82,7 @@ def _mib(pod: PodView, key: str) -> int | ShareError:
 
 def parse_share(pod: PodView, gpu_memory_mib: int, mode: str = "none") -> ShareSpec | ShareError:
     """The pod's share of one GPU of `gpu_memory_mib` (its capacity), or why the annotations are invalid."""
-    if FRACTION in pod.annotations and MEMORY in pod.annotations:
+    if FRACTION in pod.annotations and GPU_MEMORY in pod.annotations:
         return ShareError(pod.key, "cannot request both GPU and GPU memory")
     fraction: Fraction | None = None
     per_container, problem = container_gpu.container_gpu_of(
@@ -113,14 +113,14 @@ def parse_share(pod: PodView, gpu_memory_mib: int, mode: str = "none") -> ShareS
             limit = math.floor(lim * gpu_memory_mib)
         compute_request = fraction
         compute_limit = fraction if mode == "strict" else Fraction(1)
-    elif MEMORY in pod.annotations:
-        got_mib = _mib(pod, MEMORY)
+    elif GPU_MEMORY in pod.annotations:
+        got_mib = _mib(pod, GPU_MEMORY)
         if isinstance(got_mib, ShareError):
             return got_mib
         request = got_mib
         limit = request
-        if MEMORY_LIMIT in pod.annotations:
-            lim_mib = _mib(pod, MEMORY_LIMIT)
+        if GPU_MEMORY_LIMIT in pod.annotations:
+            lim_mib = _mib(pod, GPU_MEMORY_LIMIT)
             if isinstance(lim_mib, ShareError):
                 return lim_mib
             if lim_mib < request:

@@ -26,13 +26,12 @@ from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.redis_client import redis_call
 from shoal.cli.events import describe
 from shoal.core.fields import mapping, value_at
+from shoal.core.kai_labels import NODE_POOL_LABEL, POD_GROUP_ANNOTATION
 from shoal.errors import NotFoundError
 from shoal.messages.plan import FairShareComputed
 
 CORE_EVENTS = k.Resource("", "v1", "events", "Event")
-POOL_LABEL = "kai.scheduler/node-pool"
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
-POD_GROUP_ANNOTATION = "pod-group-name"
 DEFAULT_SHARD = "default"
 RESOURCES = ("gpu", "cpu", "memory")
 # core units → display units: GPUs, CPU cores, memory bytes (as KAI's metrics)
@@ -214,7 +213,7 @@ async def explain(kube: k.Kube, fair_shares: LatestValue[FairShareComputed] | No
     labels = (owner.get("metadata") or {}).get("labels") or {}
     queue = value_at(pod_group, "spec", "queue") or next(
         (labels[label] for label in QUEUE_LABELS if labels.get(label)), "")
-    shard = labels.get(POOL_LABEL) or next((d.get("shard") for d in reversed(decisions) if d.get("shard")),
+    shard = labels.get(NODE_POOL_LABEL) or next((d.get("shard") for d in reversed(decisions) if d.get("shard")),
                                            None) or DEFAULT_SHARD
     status, verdict = _verdict(pod, pod_group, decisions, events, subject)
     figures, revision = None, None

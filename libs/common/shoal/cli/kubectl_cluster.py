@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shoal.core.kai_labels import FRACTION, NODE_POOL_LABEL
+
 GPU = "nvidia.com/gpu"
-POOL_LABEL = "kai.scheduler/node-pool"
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
-FRACTION = "gpu-fraction"
 RESERVATION_NAMESPACE = "kai-resource-reservation"
 SHOAL_COMPONENT = "shoal-scheduler"  # the binder's events (source / reportingComponent)
 NO_SHARD = "-"  # Queue status carries no shard: the binder writes the latest plan's figures
@@ -122,7 +122,7 @@ def node_rows(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, An
         gpus = quantity(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0), "gpu")
         if gpus > 0:
             meta = node.get("metadata") or {}
-            rows[meta["name"]] = {"node": meta["name"], "pool": (meta.get("labels") or {}).get(POOL_LABEL, "default"),
+            rows[meta["name"]] = {"node": meta["name"], "pool": (meta.get("labels") or {}).get(NODE_POOL_LABEL, "default"),
                                   "gpus": gpus, "used": 0.0, "whole": 0.0, "shared": 0, "portions": 0.0, "pods": 0}
     for pod in pods:
         row = rows.get((pod.get("spec") or {}).get("nodeName") or "")

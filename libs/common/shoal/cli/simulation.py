@@ -32,12 +32,11 @@ from shoal.core.ingest import (
     snapshot_from_objects,
 )
 from shoal.core.ingest.common import IngestError
+from shoal.core.kai_labels import RECEIVED_TYPE, gpu_group_labels
 from shoal.core.model import ALL_ACTIONS
 from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition, SetCorePods
 from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL
 
-GPU_GROUP_LABEL = "runai-gpu-group"
-RECEIVED_TYPE = "received-resource-type"
 DEFAULT_NOW = "2026-01-01T00:00:00Z"
 Timer = Callable[[], float]
 
@@ -133,12 +132,7 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
             status = pod.setdefault("status", {})
             status["phase"] = "Running"
             status.pop("nominatedNodeName", None)
-            labels = _submap(_meta(pod), "labels")
-            if len(op.gpu_groups) == 1:
-                labels[GPU_GROUP_LABEL] = op.gpu_groups[0]
-            else:
-                for group in op.gpu_groups:
-                    labels[f"{GPU_GROUP_LABEL}/{group}"] = group
+            _submap(_meta(pod), "labels").update(gpu_group_labels(op.gpu_groups))
             _submap(_meta(pod), "annotations")[RECEIVED_TYPE] = op.received_resource_type
         elif isinstance(op, Pipeline) and op.pod in pods:
             pods[op.pod].setdefault("status", {})["nominatedNodeName"] = op.node

@@ -20,7 +20,6 @@ LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 LABEL_TASK_PRIORITY = "kai.scheduler/task-priority"
 LABEL_KUBEFLOW_ROLE = "training.kubeflow.org/job-role"
 LABEL_RAY_NODE_TYPE = "ray.io/node-type"
-LABEL_GPU_GROUP = "runai-gpu-group"
 LABEL_BACKGROUND = "kai.scheduler/background"  # "true": planned as if absent, evicted when its room is taken
 ANNOTATION_LAST_START = "kai.scheduler/last-start-timestamp"
 ANNOTATION_BIND_FAILURES = "shoal.io/bind-failures"

@@ -37,14 +37,13 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from shoal.core.fields import items, mapping
+from shoal.core.kai_labels import NODE_POOL_LABEL, POD_GROUP_ANNOTATION
 
 API_VERSION = "scheduling.run.ai/v2alpha2"
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
-NODE_POOL_LABEL = "kai.scheduler/node-pool"
 BATCH_MIN_MEMBER = "kai.scheduler/batch-min-member"
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
-POD_GROUP_ANNOTATION = "pod-group-name"
 SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
 TOPOLOGY_ANNOTATION = "kai.scheduler/topology"
 TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"

@@ -15,11 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from shoal.core.kai_labels import FRACTION, NODE_POOL_LABEL, POD_GROUP_ANNOTATION, QUEUE_LABEL
+
 GPU = "nvidia.com/gpu"
-POOL_LABEL = "kai.scheduler/node-pool"
-QUEUE_LABEL = "kai.scheduler/queue"
-GROUP_ANNOTATION = "pod-group-name"
-FRACTION_ANNOTATION = "gpu-fraction"
 BENCH_LABEL = "shoal.io/bench"  # on every namespace and node a run makes: its run tag
 GANG_SIZE = 4
 BLOCK = (("gang", GANG_SIZE), ("whole", 3), ("fraction", 3))  # ten pods
@@ -78,20 +76,20 @@ def pod_manifest(plan: PodPlan, namespace: str, pool: str, flavour: Flavour) -> 
         limits[GPU] = "1"
     if flavour == "shoal":
         if plan.group:
-            annotations[GROUP_ANNOTATION] = plan.group
+            annotations[POD_GROUP_ANNOTATION] = plan.group
         if plan.kind == "fraction":
-            annotations[FRACTION_ANNOTATION] = "0.5"
+            annotations[FRACTION] = "0.5"
     container = {"name": "c", "image": "busybox", "resources": {"limits": limits} if limits else {}}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": plan.name, "namespace": namespace, "annotations": annotations,
-                         "labels": {POOL_LABEL: pool, QUEUE_LABEL: namespace, "shoal.io/bench-kind": plan.kind}},
+                         "labels": {NODE_POOL_LABEL: pool, QUEUE_LABEL: namespace, "shoal.io/bench-kind": plan.kind}},
             "spec": {"schedulerName": SCHEDULER_NAMES[flavour], "terminationGracePeriodSeconds": 0,
-                     "nodeSelector": {POOL_LABEL: pool}, "containers": [container]}}
+                     "nodeSelector": {NODE_POOL_LABEL: pool}, "containers": [container]}}
 
 
 def podgroup_manifest(namespace: str, name: str, min_member: int, queue: str, pool: str = "") -> dict:
     """A gang's PodGroup; `pool`: its node pool (a PodGroup's own label decides its pool, as in KAI)."""
-    labels = {POOL_LABEL: pool} if pool else {}
+    labels = {NODE_POOL_LABEL: pool} if pool else {}
     return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {"minMember": min_member, "queue": queue, "priorityClassName": "train"}}

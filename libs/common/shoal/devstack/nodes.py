@@ -13,8 +13,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from shoal.core.kai_labels import NODE_POOL_LABEL
+
 FAKE_NODE_LABEL = "shoal.io/fake-node"
-NODE_POOL_LABEL = "kai.scheduler/node-pool"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 

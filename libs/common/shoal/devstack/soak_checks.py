@@ -19,8 +19,8 @@ from typing import Any
 
 from shoal.core.fields import items, mapping, value_at
 from shoal.core.ingest.quantity import QuantityError, parse_quantity
-from shoal.core.model import LABEL_GPU_GROUP
-from shoal.devstack.bench_pods import FRACTION_ANNOTATION, GPU
+from shoal.core.kai_labels import FRACTION, GPU_GROUP_LABEL
+from shoal.devstack.bench_pods import GPU
 
 RESOURCES = ("cpu", "memory", GPU)
 
@@ -52,7 +52,7 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
 
 
 def _fraction(pod: Mapping[str, Any]) -> Fraction:
-    return _qty(mapping(pod, "metadata", "annotations").get(FRACTION_ANNOTATION))
+    return _qty(mapping(pod, "metadata", "annotations").get(FRACTION))
 
 
 def overcommitted(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -68,7 +68,7 @@ def overcommitted(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
         for name, value in pod_requests(pod).items():
             used[node][name] += value
         used[node]["pods"] += 1
-        group = mapping(pod, "metadata", "labels").get(LABEL_GPU_GROUP)
+        group = mapping(pod, "metadata", "labels").get(GPU_GROUP_LABEL)
         if _fraction(pod):
             shares[group or f"(no group: {pod['metadata'].get('name')})"] += _fraction(pod)
         elif group:
@@ -114,14 +114,14 @@ def orphan_reservations(reservations: Iterable[Mapping[str, Any]], pods: Iterabl
                         nodes: Iterable[str]) -> list[str]:
     """Reservation pods on `nodes` whose shared GPU holds no live fractional pod (deleting ones ignored)."""
     ours = set(nodes)
-    groups = {mapping(p, "metadata", "labels").get(LABEL_GPU_GROUP) for p in pods
+    groups = {mapping(p, "metadata", "labels").get(GPU_GROUP_LABEL) for p in pods
               if _fraction(p) and value_at(p, "spec", "nodeName") and not value_at(p, "metadata", "deletionTimestamp")}
     out = []
     for r in reservations:
         meta = mapping(r, "metadata")
         if value_at(r, "spec", "nodeName") not in ours or meta.get("deletionTimestamp"):
             continue
-        group = (meta.get("labels") or {}).get(LABEL_GPU_GROUP)
+        group = (meta.get("labels") or {}).get(GPU_GROUP_LABEL)
         if group not in groups:
             out.append(f"reservation pod {meta.get('name')} (GPU group {group}) holds a GPU no fractional pod uses")
     return out

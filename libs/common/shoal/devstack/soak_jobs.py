@@ -20,7 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from shoal.devstack.bench_pods import FRACTION_ANNOTATION, GPU, GROUP_ANNOTATION, POOL_LABEL, QUEUE_LABEL
+from shoal.core.kai_labels import FRACTION, NODE_POOL_LABEL, POD_GROUP_ANNOTATION, QUEUE_LABEL
+from shoal.devstack.bench_pods import GPU
 
 KINDS = ("gang", "elastic", "whole", "fraction")
 KIND_WEIGHTS = (0.25, 0.15, 0.3, 0.3)
@@ -102,23 +103,23 @@ class JobGen:
 def podgroup_manifest(job: Job, namespace: str, pool: str) -> dict:
     return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
             "metadata": {"name": job.name, "namespace": namespace,
-                         "labels": {POOL_LABEL: pool, JOB_LABEL: job.name}},
+                         "labels": {NODE_POOL_LABEL: pool, JOB_LABEL: job.name}},
             "spec": {"minMember": job.min_member, "queue": job.queue, "priorityClassName": job.priority}}
 
 
 def pod_manifest(job: Job, pod: PodSpec, namespace: str, pool: str) -> dict:
-    annotations = {GROUP_ANNOTATION: job.name}
+    annotations = {POD_GROUP_ANNOTATION: job.name}
     requests = {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mi}Mi"}
     resources: dict = {"requests": requests}
     if pod.fraction:
-        annotations[FRACTION_ANNOTATION] = pod.fraction
+        annotations[FRACTION] = pod.fraction
     else:
         resources["limits"] = {GPU: str(pod.gpus)}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod.name, "namespace": namespace, "annotations": annotations,
-                         "labels": {POOL_LABEL: pool, QUEUE_LABEL: job.queue, JOB_LABEL: job.name}},
+                         "labels": {NODE_POOL_LABEL: pool, QUEUE_LABEL: job.queue, JOB_LABEL: job.name}},
             "spec": {"schedulerName": SCHEDULER, "terminationGracePeriodSeconds": 0, "priorityClassName": job.priority,
-                     "nodeSelector": {POOL_LABEL: pool},
+                     "nodeSelector": {NODE_POOL_LABEL: pool},
                      "containers": [{"name": "main", "image": "busybox", "resources": resources}]}}
 
 

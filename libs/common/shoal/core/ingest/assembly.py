@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from shoal.core.ingest.key_order import KeyOrder
-from shoal.core.ingest.pods import gpu_groups_of
-from shoal.core.model import LABEL_GPU_GROUP, Pod, PodGroup, pod_order
+from shoal.core.kai_labels import gpu_group_labels, gpu_groups_of
+from shoal.core.model import Pod, PodGroup, pod_order
 
 
 def _entry_order(entry) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
@@ -50,12 +50,7 @@ def counted(entry, managed: frozenset[str], require_podgroup: bool,  # type: ign
 
 def placed(pod: Pod, node: str, gpu_groups: tuple[str, ...]) -> Pod:
     """A pending pod as it counts while its bind is in flight: on `node`, in `gpu_groups` (runai-gpu-group)."""
-    labels = dict(pod.labels)
-    if len(gpu_groups) == 1:
-        labels[LABEL_GPU_GROUP] = gpu_groups[0]
-    else:
-        for group in gpu_groups:
-            labels[f"{LABEL_GPU_GROUP}/{group}"] = group
+    labels = {**pod.labels, **gpu_group_labels(gpu_groups)}
     return msgspec.structs.replace(pod, node_name=node, labels=labels, gpu_groups=gpu_groups_of(labels))
 
 

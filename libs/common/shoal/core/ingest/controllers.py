@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from shoal.core.fields import items, mapping
 from shoal.core.ingest.common import IngestError, Problem
+from shoal.core.kai_labels import is_gpu_group_label
 from shoal.core.podgrouper import KUBEFLOW_SPECS, object_uid, stable_uid
 
 ROLE_LABEL = "training.kubeflow.org/job-role"
@@ -249,7 +250,7 @@ def recreate_pod(pod: Mapping, name: str) -> dict:
     meta = dict(mapping(pod, "metadata"))
     namespace = str(meta.get("namespace") or "default")
     labels = {k: v for k, v in _plain_map(meta.get("labels")).items()
-              if k != "runai-gpu-group" and not str(k).startswith("runai-gpu-group/")}
+              if not is_gpu_group_label(str(k))}
     new_meta = {k: v for k, v in meta.items()
                 if k in ("namespace", "annotations", "ownerReferences", "creationTimestamp")}
     new_meta.update(name=name, uid=stable_uid("Pod", namespace, name))

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 from shoal.core.ingest.common import IngestError, as_list, as_map, metadata, name_of, str_map
 from shoal.core.ingest.quantity import QuantityError, milli, whole
+from shoal.core.kai_labels import NODE_POOL_LABEL
 from shoal.core.model import LABEL_GPU_MEMORY, Node, Taint
 
-NODE_POOL_LABEL = "kai.scheduler/node-pool"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 

@@ -16,6 +16,7 @@ from shoal.core.ingest.common import (
     str_map,
     uid_of,
 )
+from shoal.core.kai_labels import NODE_POOL_LABEL
 from shoal.core.model import (
     ANNOTATION_BIND_FAILURES,
     ANNOTATION_LAST_BIND_ERROR,
@@ -27,7 +28,6 @@ from shoal.core.model import (
     SubGroup,
 )
 
-NODE_POOL_LABEL = "kai.scheduler/node-pool"
 ANNOTATION_PREEMPTION_DELAY = "kai.scheduler/preemption-delay"
 ANNOTATION_STALENESS_GRACE = "kai.scheduler/staleness-grace-period"
 PREEMPTIBILITY = ("", "preemptible", "non-preemptible", "semi-preemptible")

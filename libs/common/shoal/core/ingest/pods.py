@@ -22,9 +22,9 @@ from shoal.core.ingest.container_gpu import (
     has_container_annotations,
 )
 from shoal.core.ingest.quantity import QuantityError, milli_units, parse_quantity
+from shoal.core.kai_labels import FRACTION, GPU_MEMORY, NUM_DEVICES, gpu_groups_of
 from shoal.core.model import (
     LABEL_BACKGROUND,
-    LABEL_GPU_GROUP,
     LABEL_TASK_PRIORITY,
     PHASE_PENDING,
     PHASE_RUNNING,
@@ -36,9 +36,6 @@ from shoal.core.model import (
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
-FRACTION = "gpu-fraction"
-GPU_MEMORY = "gpu-memory"
-NUM_DEVICES = "gpu-fraction-num-devices"
 
 MSG_FRACTION_RANGE = "gpu-fraction annotation value must be a positive number smaller than 1.0"
 MSG_FRACTION_AND_WHOLE = "cannot have both GPU fraction request and whole GPU resource request/limit"
@@ -173,19 +170,6 @@ def _affinity_terms(spec: Mapping) -> tuple[NodeSelectorTerm, ...]:
                                                 values=tuple(str(v) for v in as_list(expr.get("values"), f"{base}.nodeSelectorTerms[{i}].matchExpressions[{j}].values"))))
         terms.append(NodeSelectorTerm(match_expressions=tuple(reqs)))
     return tuple(terms)
-
-
-def gpu_groups_of(labels: Mapping[str, str]) -> tuple[str, ...]:
-    if not any(key.startswith(LABEL_GPU_GROUP) for key in labels):
-        return ()
-    groups = set()
-    if labels.get(LABEL_GPU_GROUP):
-        groups.add(labels[LABEL_GPU_GROUP])
-    prefix = LABEL_GPU_GROUP + "/"
-    for key, value in labels.items():
-        if key.startswith(prefix):
-            groups.add(value or key[len(prefix):])
-    return tuple(sorted(groups))
 
 
 def pod_from(obj: Mapping, *, pod_group: str, subgroup: str | None, managed: bool, now: str,
