@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shoal.core.ingest.shard_model import ShardModel
+from shoal.core.kai_labels import QUEUE_LABELS
 from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE, PHASE_FAILED, PHASE_SUCCEEDED, Node, Pod
 
-QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 DEVICE_MILLI = 1000
 DONE = (PHASE_SUCCEEDED, PHASE_FAILED)
 

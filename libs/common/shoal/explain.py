@@ -26,12 +26,11 @@ from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.redis_client import redis_call
 from shoal.cli.events import describe
 from shoal.core.fields import mapping, value_at
-from shoal.core.kai_labels import NODE_POOL_LABEL, POD_GROUP_ANNOTATION
+from shoal.core.kai_labels import NODE_POOL_LABEL, POD_GROUP_ANNOTATION, QUEUE_LABELS
 from shoal.errors import NotFoundError
 from shoal.messages.plan import FairShareComputed
 
 CORE_EVENTS = k.Resource("", "v1", "events", "Event")
-QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 DEFAULT_SHARD = "default"
 RESOURCES = ("gpu", "cpu", "memory")
 # core units → display units: GPUs, CPU cores, memory bytes (as KAI's metrics)

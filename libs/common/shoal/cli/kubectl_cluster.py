@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from shoal.core.kai_labels import FRACTION, NODE_POOL_LABEL
+from shoal.core.kai_labels import FRACTION, NODE_POOL_LABEL, QUEUE_LABELS
 
 GPU = "nvidia.com/gpu"
-QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 RESERVATION_NAMESPACE = "kai-resource-reservation"
 SHOAL_COMPONENT = "shoal-scheduler"  # the binder's events (source / reportingComponent)
 NO_SHARD = "-"  # Queue status carries no shard: the binder writes the latest plan's figures

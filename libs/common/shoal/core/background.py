@@ -14,6 +14,8 @@ PodDisruptionBudget blocks is not treated as background (it could not make room)
 
 from __future__ import annotations
 
+import itertools
+
 from shoal.core.context import Context
 from shoal.core.model import Pod
 from shoal.core.session import DEVICE_MILLI, GPU_MEMORY_PLACEHOLDER_MIB, NodeState, Task
@@ -72,7 +74,7 @@ def restore(ctx: Context) -> None:
     if not session.background:
         return
     takers: dict[int, str] = {}  # node index -> PodGroup of the first placement that took releasing room
-    for op in [*ctx.accepted, *ctx.moved]:
+    for op in itertools.chain(ctx.accepted, ctx.moved):
         if op.kind == "pipeline" and op.task.job is not None:
             takers.setdefault(op.node.index, op.task.job.key)
     pods = sorted(session.background, key=lambda entry: (entry[0].index, entry[1].namespace, entry[1].name))

@@ -11,11 +11,12 @@ the snapshot, the binder, the node agent and `shoal simulate` read and write the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 
 GPU_GROUP_LABEL = "runai-gpu-group"
 NODE_POOL_LABEL = "kai.scheduler/node-pool"
 QUEUE_LABEL = "kai.scheduler/queue"
+QUEUE_LABELS = (QUEUE_LABEL, "runai/queue")  # read in this order (the second is Run:ai's older name)
 POD_GROUP_ANNOTATION = "pod-group-name"
 FRACTION = "gpu-fraction"
 FRACTION_LIMIT = "gpu-fraction-limit"
@@ -27,9 +28,8 @@ RECEIVED_TYPE = "received-resource-type"  # written on bind: Regular | Fraction
 _GROUP_PREFIX = GPU_GROUP_LABEL + "/"
 
 
-def gpu_group_labels(groups: Iterable[str]) -> dict[str, str]:
+def gpu_group_labels(groups: Sequence[str]) -> dict[str, str]:
     """The labels that put a pod in `groups`: one group → `runai-gpu-group=<g>`; several → `runai-gpu-group/<g>=<g>`."""
-    groups = tuple(groups)
     if len(groups) == 1:
         return {GPU_GROUP_LABEL: groups[0]}
     return {_GROUP_PREFIX + g: g for g in groups}

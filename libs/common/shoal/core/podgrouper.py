@@ -37,10 +37,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from shoal.core.fields import items, mapping
-from shoal.core.kai_labels import NODE_POOL_LABEL, POD_GROUP_ANNOTATION
+from shoal.core.kai_labels import NODE_POOL_LABEL, POD_GROUP_ANNOTATION, QUEUE_LABELS
 
 API_VERSION = "scheduling.run.ai/v2alpha2"
-QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 BATCH_MIN_MEMBER = "kai.scheduler/batch-min-member"
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
