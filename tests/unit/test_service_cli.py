@@ -127,3 +127,19 @@ def test_help_of_every_script_opens_no_socket(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.count("usage: shoal-") == len(SCRIPTS)
+
+
+def test_a_started_service_keeps_what_it_imported_out_of_later_collections() -> None:
+    """`quiet_collector` (run once the app is built): the objects made so far are frozen and young collections
+    run every YOUNG_THRESHOLD allocations. In a child process: this one's collector stays as pytest set it."""
+    code = textwrap.dedent("""
+        import gc
+        from shoal.adapters.startup import YOUNG_THRESHOLD, quiet_collector
+        assert gc.get_freeze_count() == 0
+        quiet_collector()
+        assert gc.get_freeze_count() > 1000, gc.get_freeze_count()
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD > 700
+        assert gc.isenabled()
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

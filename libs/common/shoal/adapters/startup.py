@@ -17,6 +17,7 @@ imports (the Kubernetes client binds a socket at import), is imported only to st
 from __future__ import annotations
 
 import asyncio
+import gc
 import pkgutil
 import sys
 import textwrap
@@ -108,4 +109,23 @@ class Service(Generic[S]):
         log.info("service_starting", service=self.name, reached=[d.name for d in self.needs],
                  waited_s=round(time.monotonic() - started, 3), settings=redacted(settings))
         build: Callable[[S], web.Application] = pkgutil.resolve_name(self.build)
-        await run_service(build(settings), settings.http)
+        app = build(settings)
+        quiet_collector()
+        await run_service(app, settings.http)
+
+
+# Objects allocated per young collection. CPython's 700 suits scripts; a service's steady work (a watch event
+# or a message decoded, a plan applied) allocates thousands of short-lived objects at a time, which the default
+# collects in several passes, each promoting survivors that a later full collection must scan again.
+YOUNG_THRESHOLD = 10_000
+
+
+def quiet_collector() -> None:
+    """Fewer cyclic-GC passes over what lives as long as the process: the imported modules, classes and clients
+    made so far are frozen (kept out of every later collection; reference counting still frees them), and young
+    collections run every YOUNG_THRESHOLD allocations instead of 700. Measured at 50 pods/s, the services spent
+    8-13 % of their CPU in the collector (gc.callbacks)."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
