@@ -5,9 +5,9 @@ from __future__ import annotations
 from builders import NS, cluster, job, node, pod, queue, schedule
 
 from shoal.core import bindbackoff
-from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_BIND_FAILURES, PodGroup, ShardConfig
 from shoal.core.plan import Annotate, Evict, PodEvent
+from shoal.core.timetext import rfc3339
 
 NOW = 1_000_000
 

@@ -6,16 +6,15 @@ import msgspec
 from builders import cluster, job, node, queue
 
 from shoal.core.minruntime import (
-    go_duration,
     is_protected,
     preempt_min_runtime,
     preemption_delay_end,
     preemption_delay_message,
     reclaim_min_runtime,
-    rfc3339,
 )
 from shoal.core.model import ShardConfig
 from shoal.core.session import Session
+from shoal.core.timetext import go_duration, rfc3339
 
 
 def _q(name, parent="root", preempt=None, reclaim=None):

@@ -13,7 +13,6 @@ annotations are cleared.
 from __future__ import annotations
 
 from shoal.core.context import Context
-from shoal.core.minruntime import go_duration, rfc3339
 from shoal.core.model import (
     ANNOTATION_BIND_FAILURES,
     ANNOTATION_LAST_BIND_ERROR,
@@ -23,6 +22,7 @@ from shoal.core.model import (
 )
 from shoal.core.plan import Annotate
 from shoal.core.session import PENDING, Job, epoch_of
+from shoal.core.timetext import go_duration, rfc3339
 
 BIND_BACKOFF = "BindBackoff"
 

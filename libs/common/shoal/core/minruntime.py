@@ -16,29 +16,10 @@ commit). Allocation into free capacity is unaffected. Times are epoch seconds fr
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from shoal.core.session import Job, QueueState, Session, epoch_of
+from shoal.core.timetext import go_duration, rfc3339
 
 PREEMPTION_DELAY_NOT_ELAPSED = "PreemptionDelayNotElapsed"
-
-
-def go_duration(seconds: int | float) -> str:
-    """Go's time.Duration String() for whole seconds: 30s, 2m0s, 1h0m0s."""
-    total = int(seconds)
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{sign}{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{sign}{minutes}m{secs}s"
-    return f"{sign}{secs}s"
-
-
-def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(int(epoch), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _walk_up(queue: QueueState | None, attr: str) -> int | None:

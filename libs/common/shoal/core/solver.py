@@ -33,7 +33,6 @@ from shoal.core import bindbackoff
 from shoal.core.allocate import tasks_to_allocate
 from shoal.core.context import Context
 from shoal.core.limits import Excess
-from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_LAST_EVICTION
 from shoal.core.ordering import DEFAULT_POLICY, Policy
 from shoal.core.placement import request_signature, static_signature
@@ -42,6 +41,7 @@ from shoal.core.scenario import Accept, MessageOf, Search, minimal, movable, nee
 from shoal.core.session import GATED, PENDING, Job, SubGroupNode, Task
 from shoal.core.sharing_mode import request_error
 from shoal.core.statement import Op
+from shoal.core.timetext import rfc3339
 from shoal.core.victim_gate import Feasible, helps, hosts, shapes
 from shoal.core.victims import Chunk
 

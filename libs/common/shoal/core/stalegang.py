@@ -16,10 +16,10 @@ Non-preemptible jobs are not exempt.
 from __future__ import annotations
 
 from shoal.core.context import Context
-from shoal.core.minruntime import rfc3339
 from shoal.core.model import ANNOTATION_STALE, PHASE_SUCCEEDED
 from shoal.core.plan import Annotate, PodGroupEvent
 from shoal.core.session import ACTIVE, GATED, RELEASING, RUNNING, Job, SubGroupNode, epoch_of
+from shoal.core.timetext import rfc3339
 
 NAME = "stalegangeviction"
 STALE_JOB = "StaleJob"

@@ -9,7 +9,6 @@ Public API:
 from shoal.core.ingest.common import (
     Problem,
     add_seconds,
-    format_duration,
     format_time,
     parse_duration,
     parse_time,
@@ -26,7 +25,6 @@ __all__ = [
     "TopologyLevel",
     "config_from",
     "expand_workloads",
-    "format_duration",
     "format_time",
     "parse_duration",
     "parse_time",

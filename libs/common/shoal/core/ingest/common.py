@@ -178,16 +178,3 @@ def parse_duration(value: object, field: str) -> int:
         total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
         pos = match.end()
     return sign * int(total)
-
-
-def format_duration(seconds: int) -> str:
-    """Go's time.Duration text for whole seconds: 2m0s, 1h0m0s, 45s."""
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{sign}{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{sign}{minutes}m{secs}s"
-    return f"{sign}{secs}s"
