@@ -12,52 +12,46 @@ from services.binder.handlers import Binder
 from services.binder.reservation_watch import ReservationWatch
 from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
-from shoal.adapters.http import Readiness, background, build_app
+from shoal.adapters.http import background
 from shoal.adapters.inflight import InFlight
-from shoal.adapters.kafka import Consumer
-from shoal.adapters.wiring import bus_and_redis
+from shoal.adapters.wiring import Handler, Ports, consumer_app
 from shoal.errors import PermanentError, TransientError
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.plan import PlanIssued
-from shoal.metrics import Metrics
 
 log = get_logger("services.binder")
 
 
 BINDER = web.AppKey("binder", Binder)
-CONSUMER = web.AppKey("consumer", Consumer)
+KUBE = web.AppKey("kube", k.Kube)
 
 
 def build(settings: BinderSettings) -> web.Application:
-    metrics, readiness = Metrics(), Readiness()
-    app = build_app(metrics=metrics, readiness=readiness)
-    prefix = settings.topic_prefix
-
-    async def wiring(app: web.Application) -> AsyncIterator[None]:
+    async def kube_client(app: web.Application) -> AsyncIterator[None]:
         api = await k.connect_kube(settings.kube)
-        async with bus_and_redis(settings, readiness) as (redis, bus):
-            kube = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
-            binder = Binder(kube=kube, reservations=ReservationWatch(kube, settings.reservation_namespace),
-                            inflight=InFlight(redis), seen=SeenIds(redis, consumer=prefix + "binder"), bus=bus, metrics=metrics, topic_prefix=prefix,
-                            reservation_namespace=settings.reservation_namespace,
-                            reservation_timeout_s=settings.reservation_timeout_s,
-                            reservation_image=settings.reservation_image,
-                            eviction_mode=settings.eviction_mode,
-                            reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel,
-                            sharing_mode_of=settings.mode_for)
-            app[BINDER] = binder
-            consumer = Consumer(settings.kafka, [topics.PLANS.full(prefix)], group_id=prefix + settings.group_id,
-                                message_type=PlanIssued, handler=binder.start_plan, pipeline=settings.pipeline,
-                                metrics=metrics)
-            app[CONSUMER] = consumer
-            async with consumer:
-                readiness.add("consumer", consumer.ready)
-                yield
-        await api.close()
+        app[KUBE] = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
+        try:
+            yield
+        finally:
+            await api.close()
 
-    app.cleanup_ctx.append(wiring)
-    app.cleanup_ctx.append(background("binder", lambda app: app[CONSUMER].run()))
+    def binder(ports: Ports) -> Handler:
+        kube, prefix = ports.app[KUBE], settings.topic_prefix
+        service = ports.app[BINDER] = Binder(
+            kube=kube, reservations=ReservationWatch(kube, settings.reservation_namespace),
+            inflight=InFlight(ports.redis), seen=SeenIds(ports.redis, consumer=prefix + "binder"), bus=ports.bus,
+            metrics=ports.metrics, topic_prefix=prefix,
+            reservation_namespace=settings.reservation_namespace,
+            reservation_timeout_s=settings.reservation_timeout_s,
+            reservation_image=settings.reservation_image,
+            eviction_mode=settings.eviction_mode,
+            reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel,
+            sharing_mode_of=settings.mode_for)
+        return service.start_plan
+
+    app = consumer_app("binder", settings, topics.PLANS, PlanIssued, binder, group_id=settings.group_id,
+                       pipeline=settings.pipeline, contexts=[kube_client])
     app.cleanup_ctx.append(background("reservation-watch", lambda app: app[BINDER].reservations.run()))
 
     async def reservation_sync(app: web.Application) -> None:
