@@ -16,6 +16,7 @@ import json
 import random
 import sys
 import time
+from typing import Any
 
 from shoal.cli.bench_report import load_snapshot, measure, table
 from shoal.cli.bench_soak import add_arguments as add_soak_arguments
@@ -35,6 +36,7 @@ from shoal.core.model import (
 
 SIZES = {100: 2_000, 1_000: 20_000, 4_000: 140_000}
 GI = 1024**3
+NS = "bench"
 CLASSES = (
     PriorityClass(name="train", value=50),
     PriorityClass(name="build", value=100),
@@ -70,171 +72,94 @@ def _queues() -> list[Queue]:
     return out
 
 
+def bench_group(name: str, queue: str, min_member: int = 1, cls: str = "train", created: int = 0) -> PodGroup:
+    """A PodGroup of the generated clusters (namespace `bench`, uid `u-<name>`)."""
+    return PodGroup(namespace=NS, name=name, uid=f"u-{name}", queue=queue, min_member=min_member,
+                    priority_class_name=cls, created=created)
+
+
+def bench_pod(name: str, group: str, **fields: Any) -> Pod:
+    """A pod of the generated clusters (namespace `bench`, uid `u-<name>`) in PodGroup `group`."""
+    return Pod(uid=f"u-{name}", namespace=NS, name=name, pod_group=group, **fields)
+
+
+def bench_node(name: str, **fields: Any) -> Node:
+    """A node of the generated clusters: 8 GPUs of 80 GiB, 128 cores, 1 TiB, 110 pods."""
+    return Node(name=name, gpus=8, cpu_milli=128_000, memory_bytes=1024 * GI, pods=110, gpu_memory_mib=81920,
+                **fields)
+
+
 def generate(nodes: int, pods: int, seed: int = 7, pending: int = 300) -> Snapshot:
     """A deterministic cluster of `nodes` x 8 GPUs holding about `pods` pods."""
     rng = random.Random(seed * 1_000_003 + nodes)
     leaves = [f"proj{d}{p}" for d in range(2) for p in range(4)]
-    node_list, pod_list, groups = [], [], []
+    node_list, jobs = [], []
     per_node = max(1, (pods - pending) // nodes)
-
-    def group(name: str, q: str, min_member: int = 1, cls: str = "train", created: int = 0) -> str:
-        groups.append(
-            PodGroup(
-                namespace="bench",
-                name=name,
-                uid=f"u-{name}",
-                queue=q,
-                min_member=min_member,
-                priority_class_name=cls,
-                created=created,
-            )
-        )
-        return name
-
     for i in range(nodes):
-        name = f"node-{i:05d}"
-        node_list.append(
-            Node(
-                name=name,
-                gpus=8,
-                cpu_milli=128_000,
-                memory_bytes=1024 * GI,
-                pods=110,
-                gpu_memory_mib=81920,
-                labels={"pool": "a" if i % 2 else "b"},
-            )
-        )
-        count = 0
-        free = 8
-        while free > 1 and count < per_node:
-            g = min(free - 1, rng.choice((1, 1, 2, 4)))
-            q = rng.choice(leaves)
-            pg = group(f"w-{i}-{count}", q)
-            pod_list.append(
-                Pod(
-                    uid=f"u-w-{i}-{count}",
-                    namespace="bench",
-                    name=f"w-{i}-{count}",
-                    pod_group=pg,
-                    gpus=g,
-                    cpu_milli=4000,
-                    memory_bytes=32 * GI,
-                    node_name=name,
-                    phase="Running",
-                    created=i,
-                    deleting=rng.random() < 0.01,
-                )
-            )
-            free -= g
-            count += 1
-        if rng.random() < 0.6 and count < per_node:  # one shared GPU with fractions
-            gid = f"grp-{i}"
-            for k in range(rng.choice((1, 2, 3))):
-                pg = group(f"f-{i}-{k}", rng.choice(leaves))
-                pod_list.append(
-                    Pod(
-                        uid=f"u-f-{i}-{k}",
-                        namespace="bench",
-                        name=f"f-{i}-{k}",
-                        pod_group=pg,
-                        fraction=FractionRequest(portion_milli=250),
-                        cpu_milli=1000,
-                        node_name=name,
-                        phase="Running",
-                        gpu_groups=(gid,),
-                        created=i,
-                    )
-                )
-                count += 1
-        while count < per_node:  # CPU-only services
-            pg = group(f"c-{i}-{count}", rng.choice(leaves), cls="inference")
-            pod_list.append(
-                Pod(
-                    uid=f"u-c-{i}-{count}",
-                    namespace="bench",
-                    name=f"c-{i}-{count}",
-                    pod_group=pg,
-                    cpu_milli=200,
-                    memory_bytes=GI,
-                    node_name=name,
-                    phase="Running",
-                    created=i,
-                )
-            )
-            count += 1
+        node = bench_node(f"node-{i:05d}", labels={"pool": "a" if i % 2 else "b"})
+        node_list.append(node)
+        jobs.extend(_running(rng, i, node.name, per_node, leaves))
+    jobs.extend(_pending(rng, pending, leaves))
+    return make_snapshot(nodes=node_list, pods=[pod for _, members in jobs for pod in members],
+                         pod_groups=[group for group, _ in jobs], queues=_queues(), priority_classes=CLASSES,
+                         config=ShardConfig(), now=1_800_000_000, revision=1)
+
+
+Job = tuple[PodGroup, list[Pod]]
+
+
+def _running(rng: random.Random, i: int, node: str, per_node: int, leaves: list[str]) -> list[Job]:
+    """Node i's running pods, each its own PodGroup: whole-GPU pods leaving a GPU free, then (60 %) one shared
+    GPU with one to three quarter-GPU fractions, then CPU-only services up to `per_node` pods."""
+    jobs: list[Job] = []
+    running = {"node_name": node, "phase": "Running", "created": i}
+    free = 8
+    while free > 1 and len(jobs) < per_node:
+        g = min(free - 1, rng.choice((1, 1, 2, 4)))
+        name = f"w-{i}-{len(jobs)}"
+        jobs.append((bench_group(name, rng.choice(leaves)),
+                     [bench_pod(name, name, gpus=g, cpu_milli=4000, memory_bytes=32 * GI,
+                                deleting=rng.random() < 0.01, **running)]))
+        free -= g
+    if rng.random() < 0.6 and len(jobs) < per_node:  # one shared GPU with fractions
+        for k in range(rng.choice((1, 2, 3))):
+            name = f"f-{i}-{k}"
+            jobs.append((bench_group(name, rng.choice(leaves)),
+                         [bench_pod(name, name, fraction=FractionRequest(portion_milli=250), cpu_milli=1000,
+                                    gpu_groups=(f"grp-{i}",), **running)]))
+    while len(jobs) < per_node:  # CPU-only services
+        name = f"c-{i}-{len(jobs)}"
+        jobs.append((bench_group(name, rng.choice(leaves), cls="inference"),
+                     [bench_pod(name, name, cpu_milli=200, memory_bytes=GI, **running)]))
+    return jobs
+
+
+def _pending(rng: random.Random, pending: int, leaves: list[str]) -> list[Job]:
+    """About `pending` pending pods: 30 % gangs of 2, 4 or 8 (the first member 1, 2 or 4 GPUs, the rest one),
+    30 % one- or two-GPU pods, 25 % quarter or half GPU fractions, the rest CPU-only."""
+    jobs: list[Job] = []
     made = 0
-    j = 0
     while made < pending:
+        j = len(jobs)
         kind = rng.random()
         q = rng.choice(leaves)
         if kind < 0.3:  # gang
             size = rng.choice((2, 4, 8))
-            pg = group(f"gang-{j}", q, min_member=size, created=100_000 + j)
-            for k in range(size):
-                pod_list.append(
-                    Pod(
-                        uid=f"u-gang-{j}-{k}",
-                        namespace="bench",
-                        name=f"gang-{j}-{k}",
-                        pod_group=pg,
-                        gpus=rng.choice((1, 2, 4)) if k == 0 else 1,
-                        cpu_milli=2000,
-                        created=k,
-                    )
-                )
+            name = f"gang-{j}"
+            jobs.append((bench_group(name, q, min_member=size, created=100_000 + j),
+                         [bench_pod(f"{name}-{k}", name, gpus=rng.choice((1, 2, 4)) if k == 0 else 1,
+                                    cpu_milli=2000, created=k) for k in range(size)]))
             made += size
-        elif kind < 0.6:
-            pg = group(f"one-{j}", q, created=100_000 + j)
-            pod_list.append(
-                Pod(
-                    uid=f"u-one-{j}",
-                    namespace="bench",
-                    name=f"one-{j}",
-                    pod_group=pg,
-                    gpus=rng.choice((1, 2)),
-                    cpu_milli=1000,
-                    created=j,
-                )
-            )
-            made += 1
+            continue
+        if kind < 0.6:
+            name, fields = f"one-{j}", {"gpus": rng.choice((1, 2)), "cpu_milli": 1000}
         elif kind < 0.85:
-            pg = group(f"frac-{j}", q, created=100_000 + j)
-            pod_list.append(
-                Pod(
-                    uid=f"u-frac-{j}",
-                    namespace="bench",
-                    name=f"frac-{j}",
-                    pod_group=pg,
-                    fraction=FractionRequest(portion_milli=rng.choice((250, 500))),
-                    created=j,
-                )
-            )
-            made += 1
+            name, fields = f"frac-{j}", {"fraction": FractionRequest(portion_milli=rng.choice((250, 500)))}
         else:
-            pg = group(f"cpu-{j}", q, created=100_000 + j)
-            pod_list.append(
-                Pod(
-                    uid=f"u-cpu-{j}",
-                    namespace="bench",
-                    name=f"cpu-{j}",
-                    pod_group=pg,
-                    cpu_milli=500,
-                    memory_bytes=GI,
-                    created=j,
-                )
-            )
-            made += 1
-        j += 1
-    return make_snapshot(
-        nodes=node_list,
-        pods=pod_list,
-        pod_groups=groups,
-        queues=_queues(),
-        priority_classes=CLASSES,
-        config=ShardConfig(),
-        now=1_800_000_000,
-        revision=1,
-    )
+            name, fields = f"cpu-{j}", {"cpu_milli": 500, "memory_bytes": GI}
+        jobs.append((bench_group(name, q, created=100_000 + j), [bench_pod(name, name, created=j, **fields)]))
+        made += 1
+    return jobs
 
 
 def bench_one(nodes: int, pods: int, repeat: int, seed: int, clock=time.perf_counter) -> dict:

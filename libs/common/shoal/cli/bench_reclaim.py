@@ -18,11 +18,9 @@ import statistics
 import sys
 import time
 
+from shoal.cli.bench import bench_group, bench_node, bench_pod
 from shoal.core.cycle import run_cycle_timed
 from shoal.core.model import (
-    Node,
-    Pod,
-    PodGroup,
     PriorityClass,
     Queue,
     QueueResource,
@@ -53,42 +51,26 @@ def generate(nodes: int, seed: int = 7, pending: int = 400) -> Snapshot:
     stamp = iter(started)
     for i in range(nodes):
         name = f"node-{i:05d}"
-        node_list.append(Node(name=name, gpus=8, cpu_milli=128_000, memory_bytes=1024 * GI, pods=110,
-                              gpu_memory_mib=81920))
+        node_list.append(bench_node(name))
         free, k = 8, 0
         while free > 0:
             g = min(free, rng.choice((1, 1, 1, 2, 4)))
             created = next(stamp)
             pg = f"h-{i}-{k}"
-            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="hog", priority_class_name="train",
-                                   created=created))
-            pods.append(Pod(uid=f"u-{pg}-0", namespace="bench", name=f"{pg}-0", pod_group=pg, gpus=g, cpu_milli=2000,
-                            memory_bytes=8 * GI, node_name=name, phase="Running", created=created))
+            groups.append(bench_group(pg, "hog", created=created))
+            pods.append(bench_pod(f"{pg}-0", pg, gpus=g, cpu_milli=2000, memory_bytes=8 * GI, node_name=name,
+                                  phase="Running", created=created))
             free -= g
             k += 1
     made, j = 0, 0
     while made < pending:
         kind = j % 3
         pg = f"s-{j}"
-        if kind == 0:  # 8-pod gang of 1-GPU pods
-            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="starved", min_member=8,
-                                   priority_class_name="train", created=10_000_000 + j))
-            for p in range(8):
-                pods.append(Pod(uid=f"u-{pg}-{p}", namespace="bench", name=f"{pg}-{p}", pod_group=pg, gpus=1,
-                                cpu_milli=1000, created=p))
-            made += 8
-        elif kind == 1:  # one 4-GPU pod (needs half a node)
-            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="starved",
-                                   priority_class_name="train", created=10_000_000 + j))
-            pods.append(Pod(uid=f"u-{pg}-0", namespace="bench", name=f"{pg}-0", pod_group=pg, gpus=4, cpu_milli=1000))
-            made += 1
-        else:  # elastic: 4 pods, minimum 1
-            groups.append(PodGroup(namespace="bench", name=pg, uid=f"u-{pg}", queue="starved", min_member=1,
-                                   priority_class_name="train", created=10_000_000 + j))
-            for p in range(4):
-                pods.append(Pod(uid=f"u-{pg}-{p}", namespace="bench", name=f"{pg}-{p}", pod_group=pg, gpus=1,
-                                cpu_milli=1000, created=p))
-            made += 4
+        # 8-pod gang of 1-GPU pods; one 4-GPU pod (needs half a node); elastic: 4 pods, minimum 1
+        size, min_member, gpus = ((8, 8, 1), (1, 1, 4), (4, 1, 1))[kind]
+        groups.append(bench_group(pg, "starved", min_member=min_member, created=10_000_000 + j))
+        pods.extend(bench_pod(f"{pg}-{p}", pg, gpus=gpus, cpu_milli=1000, created=p) for p in range(size))
+        made += size
         j += 1
     return make_snapshot(nodes=node_list, pods=pods, pod_groups=groups, queues=queues, priority_classes=CLASSES,
                          config=ShardConfig(), now=1_800_000_000, revision=1)
