@@ -25,10 +25,10 @@ from services.api.access import Access, Scope, event_namespace, namespace_of_sub
 from services.api.dashboard import index_page
 from services.api.decisions import DecisionIndex, Event, Hub, from_beginning, matches, offer, select
 from shoal.adapters import redis_keys
+from shoal.adapters.explain import all_queues, explain
 from shoal.adapters.kube import Kube
 from shoal.adapters.latest_value import LatestValue
 from shoal.errors import ShoalError
-from shoal.explain import all_queues, explain
 from shoal.logging import get_logger
 from shoal.messages.plan import FairShareComputed
 from shoal.metrics import Metrics

@@ -7,7 +7,7 @@
     #                         "borrowed": 2, "allocatedNonPreemptible": 0, "request": 8}, …}}]}}
 
 `queues` are the Queue objects of the snapshots (typed), `shards` the fair-share figures per shard as
-`shoal.explain.all_queues` returns them. `limit` is the effective limit (SPEC §2.1) and `limitNote` says how it
+`shoal.adapters.explain.all_queues` returns them. `limit` is the effective limit (SPEC §2.1) and `limitNote` says how it
 came about, in the words `shoal explain` uses; `borrowed` is what the queue holds beyond its deserved quota
 (over-quota use, reclaimable by other queues). A queue known to the fairshare service but not in any snapshot
 is shown as a root; a parent that does not exist makes its children roots.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shoal.core.explanation import RESOURCES, display, limit_note
 from shoal.core.model import Queue
-from shoal.explain import RESOURCES, display, limit_note
 
 
 def spec_of(queue: Queue | None) -> Mapping[str, Any] | None:

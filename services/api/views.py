@@ -27,9 +27,9 @@ from services.api.history import History
 from services.api.queuetree import queue_tree
 from services.api.snapshots import ClusterView
 from services.api.workloads import Evictions, page, pending
+from shoal.adapters.explain import all_queues
 from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.errors import ShoalError
-from shoal.explain import all_queues
 from shoal.logging import get_logger
 
 log = get_logger("services.api")

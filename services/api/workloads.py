@@ -21,7 +21,7 @@ from typing import Any
 from services.api.gpumap import DONE, queue_of
 from services.api.queuetree import spec_of
 from shoal.adapters.shard_snapshots import Current
-from shoal.explain import queue_line
+from shoal.core.explanation import queue_line
 
 DecisionsFor = Callable[[Sequence[str]], Sequence[Mapping[str, Any]]]
 UNSCHEDULABLE = "io.shoal.decision.unschedulable"

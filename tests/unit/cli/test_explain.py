@@ -1,4 +1,4 @@
-"""shoal.explain: verdicts from conditions, decisions and events; the effective limit; rendering."""
+"""shoal.adapters.explain and shoal.core.explanation: verdicts from conditions, decisions and events; the effective limit; rendering."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from shoal.adapters import kube as k
+from shoal.adapters.explain import explain
+from shoal.core.explanation import figures_json, limit_note, queue_line, render, render_queues
 from shoal.core.plan import QueueFigures, ResourceFigures
 from shoal.errors import NotFoundError
-from shoal.explain import explain, figures_json, limit_note, queue_line, render, render_queues
 from shoal.messages.base import new_meta
 from shoal.messages.plan import FairShareComputed
 

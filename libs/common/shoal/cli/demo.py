@@ -118,7 +118,8 @@ async def _prepare(kubeconfig: str, names) -> None:  # type: ignore[no-untyped-d
 
 async def _workload_and_stream(info, prefix: str, args: argparse.Namespace, names) -> bool:  # type: ignore[no-untyped-def]
     from shoal.adapters.kube import Kube, connect_kube
-    from shoal.cli.events import TOPIC, describe, stream
+    from shoal.cli.events import TOPIC, stream
+    from shoal.core.explanation import describe
     from shoal.devstack import demo
     from shoal.settings import KubeSettings
 

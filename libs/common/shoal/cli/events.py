@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from shoal.core.explanation import describe
+
 TOPIC = "shoal.decisions.v1"
 
 
@@ -27,29 +29,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                         help="prefix of Shoal's topic names (default $SHOAL_TOPIC_PREFIX)")
     parser.add_argument("--subject", default="", help="only decisions about this ns/name (pod or podgroup)")
     parser.set_defaults(func=run)
-
-
-def describe(event: dict) -> str:
-    """A one-line, human-readable rendering of a decision event."""
-    kind = event.get("type", "").rsplit(".", 1)[-1]
-    data = event.get("data") or {}
-    when = event.get("time", "")[11:23]
-    subject = event.get("subject", "")
-    if kind in ("scheduled", "bound", "pipelined"):
-        what = f"-> {data.get('node', '?')}"
-        if data.get("fraction"):
-            what += f" (GPU portion {data['fraction']}, group {','.join(data.get('gpuGroups') or [])})"
-    elif kind == "unschedulable":
-        what = data.get("message", "")
-    elif kind == "evicted":
-        what = f"[{data.get('action')}] by {data.get('by')}: {data.get('message', '')}"
-    elif kind == "bind-failed":
-        what = f"-> {data.get('node', '?')}: {data.get('error', '')}"
-    elif kind == "gpu-shared":
-        what = f"GPU groups {','.join(data.get('gpuGroups') or [])} on {data.get('node', '?')}"
-    else:
-        what = json.dumps(data, sort_keys=True)
-    return f"{when} {kind:<13} {subject}  {what}"
 
 
 async def stream(bootstrap: str, topic: str, *, follow: bool, on_event: Callable[[dict], bool | None],

@@ -127,8 +127,8 @@ async def direct(namespace: str, name: str) -> dict:
     """The explanation read straight from the apiserver and Redis (no api service)."""
     from shoal.adapters import kube as k
     from shoal.adapters import redis_keys
+    from shoal.adapters.explain import explain
     from shoal.adapters.latest_value import LatestValue
-    from shoal.explain import explain
     from shoal.messages.plan import FairShareComputed
     from shoal.settings import KubeSettings
 
@@ -169,7 +169,7 @@ def fail(command: str, message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shoal.explain import render
+    from shoal.core.explanation import render
 
     namespace, name = split_target(args.target, args.namespace)
     if not namespace or not name or "/" in name:

@@ -1,6 +1,6 @@
 """The verbs of `kubectl shoal` (shoal.cli.kubectl): each asks the api service first and reads the cluster
 directly when none answers, saying so on stderr. The renderings are those of `shoal explain`, `shoal queues`
-and `shoal events` (shoal.explain, shoal.cli.events), with kubectl's -o json|yaml|wide on top.
+and `shoal events` (shoal.core.explanation, shoal.cli.events), with kubectl's -o json|yaml|wide on top.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 import yaml
 
 from shoal.adapters import kube as k
+from shoal.adapters.explain import CORE_EVENTS
 from shoal.cli import kubectl_cluster as cluster
-from shoal.cli.events import describe
 from shoal.cli.explain import Unreachable, split_target
 from shoal.cli.kubectl import emit, warn
 from shoal.cli.kubectl_api import CONNECTED, Api
-from shoal.explain import CORE_EVENTS, limit_note, queue_line, render, render_queues
+from shoal.core.explanation import describe, limit_note, queue_line, render, render_queues
 from shoal.settings import KubeSettings
 
 POLL_S = 2.0  # how often `events --follow` lists the events again without an api service
@@ -44,7 +44,7 @@ def _direct(args: argparse.Namespace, exc: Unreachable, what: str) -> None:
 
 # ---- explain ---------------------------------------------------------------------------------------
 async def explain(args: argparse.Namespace, kube: k.Kube, api: Api) -> int:
-    from shoal.explain import explain as explanation
+    from shoal.adapters.explain import explain as explanation
 
     namespace, name = split_target(args.target, args.namespace)
     if not namespace or not name or "/" in name:

@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 async def direct(shard: str) -> dict:
-    from shoal.explain import all_queues
+    from shoal.adapters.explain import all_queues
 
     async def work(redis: Any) -> dict:
         if redis is None:
@@ -40,7 +40,7 @@ async def direct(shard: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shoal.explain import render_queues
+    from shoal.core.explanation import render_queues
 
     path = "/v1/queues" + (f"?shard={urllib.parse.quote(args.shard)}" if args.shard else "")
     try:
