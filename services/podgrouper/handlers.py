@@ -1,5 +1,5 @@
 """Pods in, PodGroups out: for each pod with Shoal's scheduler name, read its owner chain, group it with the
-pure rules (`shoal.core.podgrouper`), create or update the PodGroup, then annotate/label the pod.
+pure rules (`shoal.core.ingest.grouping`), create or update the PodGroup, then annotate/label the pod.
 
 Idempotent (everything is compared first; re-running changes nothing), tolerant of 409 (re-read, compare
 again), safe to kill at any time (the next start re-lists every pod and converges). A pod whose owner cannot
@@ -19,7 +19,7 @@ from typing import Any
 from services.podgrouper import translate as t
 from shoal.adapters import kube as k
 from shoal.adapters.kube_watch import ListWatch
-from shoal.core import podgrouper as rules
+from shoal.core.ingest import grouping as rules
 from shoal.errors import ConflictError, NotFoundError, PermanentError, ShoalError, TransientError
 from shoal.logging import get_logger
 from shoal.metrics import Metrics

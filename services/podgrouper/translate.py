@@ -1,5 +1,5 @@
 """Pure pieces of the podgrouper service (no I/O): which API serves an owner, which pods are left alone,
-the PodGroup to create (the rules themselves are `shoal.core.podgrouper`), the patches that bring an existing
+the PodGroup to create (the rules themselves are `shoal.core.ingest.grouping`), the patches that bring an existing
 PodGroup and the pod in line, and the warning event.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from shoal.adapters.kube import Resource
-from shoal.core import podgrouper as rules
+from shoal.core.ingest import grouping as rules
 
 SKIP_PODGROUPER = rules.SKIP_PODGROUPER
 SKIPPED_UNNAMED = "skip-podgrouper without pod-group-name"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shoal.core.ingest.common import IngestError
+from shoal.core.ingest.grouping import NODE_POOL_LABEL, stable_uid
 from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES
 from shoal.core.ingest.shard_model import (
     FIELDS,
@@ -32,7 +33,6 @@ from shoal.core.ingest.shard_model import (
     entry_of,
     key_of,
 )
-from shoal.core.podgrouper import NODE_POOL_LABEL, stable_uid
 
 POOL_LABEL = NODE_POOL_LABEL
 DEFAULT_SHARD = "default"

@@ -91,7 +91,7 @@ def test_ingest_reads_semi_preemptible_and_published_core_pods():
 
 
 def test_the_podgrouper_copies_the_semi_preemptible_label_into_the_spec():
-    from shoal.core.podgrouper import OwnerIndex, group_pod
+    from shoal.core.ingest.grouping import OwnerIndex, group_pod
 
     job = {"apiVersion": "batch/v1", "kind": "Job", "spec": {},
            "metadata": {"name": "j", "namespace": "ns", "uid": "uid-j", "labels": {"kai.scheduler/preemptibility": SEMI},

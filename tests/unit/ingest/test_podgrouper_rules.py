@@ -1,4 +1,4 @@
-from shoal.core.podgrouper import OwnerIndex, group_pod
+from shoal.core.ingest.grouping import OwnerIndex, group_pod
 
 
 def obj(kind, name, api="v1", uid=None, labels=None, annotations=None, owner=None, spec=None):

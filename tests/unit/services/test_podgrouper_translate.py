@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.podgrouper import translate as t
-from shoal.core import podgrouper as rules
+from shoal.core.ingest import grouping as rules
 
 
 def pod(name="p-0", uid="pod-uid", annotations=None, labels=None, owner=None, **extra):

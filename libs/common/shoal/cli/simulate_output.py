@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 from shoal.cli.simulation import SimulationResult
 from shoal.core.audit import eviction_figures
+from shoal.core.ingest.grouping import POD_GROUP_ANNOTATION
 from shoal.core.plan import Bind, Evict, Pipeline, Plan, SetCondition
-from shoal.core.podgrouper import POD_GROUP_ANNOTATION
 
 RESOURCES = ("gpu", "cpu", "memory")
 

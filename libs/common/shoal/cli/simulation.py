@@ -32,10 +32,10 @@ from shoal.core.ingest import (
     snapshot_from_objects,
 )
 from shoal.core.ingest.common import IngestError
+from shoal.core.ingest.grouping import POD_GROUP_ANNOTATION, SUBGROUP_LABEL
 from shoal.core.kai_labels import RECEIVED_TYPE, gpu_group_labels
 from shoal.core.model import ALL_ACTIONS
 from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition, SetCorePods
-from shoal.core.podgrouper import POD_GROUP_ANNOTATION, SUBGROUP_LABEL
 
 DEFAULT_NOW = "2026-01-01T00:00:00Z"
 Timer = Callable[[], float]

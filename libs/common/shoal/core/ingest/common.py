@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
-from shoal.core.podgrouper import stable_uid
+from shoal.core.ingest.grouping import stable_uid
 
 
 @dataclass(frozen=True, order=True)

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from shoal.core.fields import items, mapping
 from shoal.core.ingest.common import IngestError, Problem
+from shoal.core.ingest.grouping import KUBEFLOW_SPECS, object_uid, stable_uid
 from shoal.core.kai_labels import is_gpu_group_label
-from shoal.core.podgrouper import KUBEFLOW_SPECS, object_uid, stable_uid
 
 ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"

@@ -21,6 +21,13 @@ import msgspec
 from shoal.core.ingest.assembly import Derived, PodAssembly
 from shoal.core.ingest.common import IngestError, Problem, metadata, name_of, namespace_of
 from shoal.core.ingest.config import config_from
+from shoal.core.ingest.grouping import (
+    POD_GROUP_ANNOTATION,
+    SUBGROUP_LABEL,
+    OwnerIndex,
+    group_pod,
+    skips_podgrouper,
+)
 from shoal.core.ingest.key_order import REBUILD_FRACTION, KeyOrder
 from shoal.core.ingest.nodes import node_from
 from shoal.core.ingest.pdbs import blocked_pod_keys
@@ -37,13 +44,6 @@ from shoal.core.model import (
     Topology,
     group_order,
     make_snapshot,
-)
-from shoal.core.podgrouper import (
-    POD_GROUP_ANNOTATION,
-    SUBGROUP_LABEL,
-    OwnerIndex,
-    group_pod,
-    skips_podgrouper,
 )
 
 DEFAULT_SCHEDULER = "default-scheduler"

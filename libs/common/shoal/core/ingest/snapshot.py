@@ -25,13 +25,7 @@ from shoal.core.ingest.common import (
 )
 from shoal.core.ingest.config import KIND as CONFIG_KIND
 from shoal.core.ingest.config import IngestSettings, config_from
-from shoal.core.ingest.nodes import node_from
-from shoal.core.ingest.pdbs import blocked_pod_keys
-from shoal.core.ingest.podgroups import podgroup_from
-from shoal.core.ingest.pods import pod_from
-from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
-from shoal.core.model import Snapshot, Topology, make_snapshot
-from shoal.core.podgrouper import (
+from shoal.core.ingest.grouping import (
     POD_GROUP_ANNOTATION,
     SUBGROUP_LABEL,
     OwnerIndex,
@@ -39,6 +33,12 @@ from shoal.core.podgrouper import (
     owner_chain,
     skips_podgrouper,
 )
+from shoal.core.ingest.nodes import node_from
+from shoal.core.ingest.pdbs import blocked_pod_keys
+from shoal.core.ingest.podgroups import podgroup_from
+from shoal.core.ingest.pods import pod_from
+from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
+from shoal.core.model import Snapshot, Topology, make_snapshot
 
 TOPOLOGY_KIND = "Topology"
 BIND_REQUEST_KIND = "BindRequest"
