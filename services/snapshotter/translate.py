@@ -166,8 +166,8 @@ class Shards:
         old = self._pods.get(uid)
         if old is not None and old.pod.node_name != entry.pod.node_name:
             self._unbind(uid, old.pod.node_name)
-        if old is not None and old.named and not entry.named:
-            self._unname(uid, old)
+        if old is not None and old.named and (not entry.named or _group_key(old) != _group_key(entry)):
+            self._unname(uid, old)  # a pod that names another PodGroup now is no longer one of the old one's
         self._pods[uid] = entry
         if entry.pod.node_name:
             self._on_node.setdefault(entry.pod.node_name, set()).add(uid)

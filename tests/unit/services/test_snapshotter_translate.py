@@ -75,3 +75,23 @@ def test_a_broken_object_is_left_out_with_its_problem():
     problem = shards.update(bad)
     assert problem is not None and "nvidia.com/gpu" in problem
     assert names(shards, "a") == [("Node", "a1")]
+
+
+def podgroup(name, pool=None):
+    labels = {"kai.scheduler/node-pool": pool} if pool else {}
+    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+            "spec": {"minMember": 1, "queue": "q"}}
+
+
+def test_a_pod_that_renames_its_podgroup_leaves_the_old_one():
+    """A pod that named pg-a and now names pg-b, then finishes: moving pg-a to another pool later must not
+    bring the finished pod back (hypothesis found the snapshotter raising KeyError here)."""
+    shards = fed(node("a1", "a"), node("b1", "b"), podgroup("pg-a", "a"), podgroup("pg-b", "a"),
+                 pod("p", group="pg-a"), pod("p", group="pg-b"))
+    assert ("Pod", "p") in names(shards, "a")
+    shards.update(pod("p", group="pg-b", phase="Succeeded"))
+    assert shards.update(podgroup("pg-a", "b")) is None
+    assert ("Pod", "p") not in names(shards, "a") + names(shards, "b")
+    shards.update(podgroup("pg-b", "b"))
+    assert ("Pod", "p") not in names(shards, "b")
