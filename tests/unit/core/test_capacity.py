@@ -16,11 +16,11 @@ from shoal.core.capacity import (
     over_limit_message,
     queue_does_not_exist,
 )
-from shoal.core.fairshare import QueueInput, QueueResource, divide_fair_share
+from shoal.core.fairshare import QueueInput, ShareResource, divide_fair_share
 from shoal.core.resources import UNLIMITED, ZERO, Resources
 
 GPU = 1000
-OPEN = QueueResource(quota=UNLIMITED, limit=UNLIMITED, over_quota_weight=1)
+OPEN = ShareResource(quota=UNLIMITED, limit=UNLIMITED, over_quota_weight=1)
 CLUSTER = Resources(cpu_milli=64_000, memory_bytes=512 * 10**9, gpu_milli=8 * GPU)
 
 
@@ -37,7 +37,7 @@ ROOT = queue("root", parent=None)
 
 def test_s7_empty_limit_as_kai_caps_at_zero():
     # Ingest passes KAI's decoding (missing limit = 0) explicitly; Shoal's own rule is limit=None.
-    shares = shares_of(ROOT, queue("q", gpu=QueueResource(quota=1 * GPU, limit=0)))
+    shares = shares_of(ROOT, queue("q", gpu=ShareResource(quota=1 * GPU, limit=0)))
     verdict = check_capacity(shares, "q", Resources(gpu_milli=GPU), non_preemptible=False)
     assert verdict is not None and verdict.reason == OVER_LIMIT
     assert verdict.message == (
@@ -49,7 +49,7 @@ def test_s7_empty_limit_as_kai_caps_at_zero():
 
 
 def test_s7_shoal_omitted_limit_is_the_quota():
-    shares = shares_of(ROOT, queue("q", gpu=QueueResource(quota=1 * GPU, limit=None)))
+    shares = shares_of(ROOT, queue("q", gpu=ShareResource(quota=1 * GPU, limit=None)))
     assert check_capacity(shares, "q", Resources(gpu_milli=GPU), non_preemptible=False) is None
     verdict = check_capacity(shares, "q", Resources(gpu_milli=2 * GPU), non_preemptible=False)
     assert verdict is not None
@@ -59,8 +59,8 @@ def test_s7_shoal_omitted_limit_is_the_quota():
 
 
 def test_s8_cpu_is_checked_before_gpu():
-    zero = QueueResource(quota=0, limit=0, over_quota_weight=0)
-    shares = shares_of(ROOT, queue("q", gpu=QueueResource(2 * GPU, UNLIMITED), cpu=zero, memory=zero))
+    zero = ShareResource(quota=0, limit=0, over_quota_weight=0)
+    shares = shares_of(ROOT, queue("q", gpu=ShareResource(2 * GPU, UNLIMITED), cpu=zero, memory=zero))
     verdict = check_capacity(shares, "q", Resources(cpu_milli=100, gpu_milli=GPU), non_preemptible=False)
     assert verdict is not None and verdict.reason == OVER_LIMIT
     assert verdict.message == (
@@ -70,7 +70,7 @@ def test_s8_cpu_is_checked_before_gpu():
 
 
 def test_memory_variant():
-    shares = shares_of(ROOT, queue("q", memory=QueueResource(0, 2 * 10**9)))
+    shares = shares_of(ROOT, queue("q", memory=ShareResource(0, 2 * 10**9)))
     verdict = check_capacity(shares, "q", Resources(memory_bytes=1610612736 * 2), non_preemptible=False)
     assert verdict is not None
     assert verdict.message == (
@@ -80,7 +80,7 @@ def test_memory_variant():
 
 
 def test_s9_over_quota_up_to_limit():
-    spec = QueueResource(quota=1 * GPU, limit=2 * GPU)
+    spec = ShareResource(quota=1 * GPU, limit=2 * GPU)
     shares = shares_of(ROOT, queue("q", gpu=spec, allocated=Resources(gpu_milli=2 * GPU)))
     verdict = check_capacity(shares, "q", Resources(gpu_milli=GPU), non_preemptible=False)
     assert verdict is not None
@@ -97,7 +97,7 @@ def test_s9_over_quota_up_to_limit():
 def test_s10_parent_limit_binds_and_is_named():
     shares = shares_of(
         ROOT,
-        queue("p", gpu=QueueResource(UNLIMITED, 2 * GPU)),
+        queue("p", gpu=ShareResource(UNLIMITED, 2 * GPU)),
         queue("c", parent="p", allocated=Resources(gpu_milli=2 * GPU)),
     )
     verdict = check_capacity(shares, "c", Resources(gpu_milli=GPU), non_preemptible=False)
@@ -107,14 +107,14 @@ def test_s10_parent_limit_binds_and_is_named():
 
 
 def test_display_name_is_used_in_messages():
-    shares = shares_of(ROOT, queue("q", gpu=QueueResource(0, 0), display_name="Team Q"))
+    shares = shares_of(ROOT, queue("q", gpu=ShareResource(0, 0), display_name="Team Q"))
     verdict = check_capacity(shares, "q", Resources(gpu_milli=GPU), non_preemptible=False)
     assert verdict is not None and verdict.message.startswith("Team Q quota has reached")
     assert verdict.details["name"] == "q"
 
 
 def test_s11_non_preemptible_stays_within_quota():
-    spec = QueueResource(quota=2 * GPU, limit=UNLIMITED)
+    spec = ShareResource(quota=2 * GPU, limit=UNLIMITED)
     full = Resources(gpu_milli=2 * GPU)
     shares = shares_of(ROOT, queue("q", gpu=spec, allocated=full, allocated_non_preemptible=full))
     verdict = check_capacity(shares, "q", Resources(gpu_milli=GPU), non_preemptible=True)
@@ -129,7 +129,7 @@ def test_s11_non_preemptible_stays_within_quota():
 
 
 def test_s12_default_queue_gotcha_reports_cpu_cores():
-    default = QueueResource(quota=0, limit=UNLIMITED)
+    default = ShareResource(quota=0, limit=UNLIMITED)
     shares = shares_of(ROOT, queue("default-queue", gpu=default, cpu=default, memory=default))
     verdict = check_capacity(shares, "default-queue", Resources(cpu_milli=100), non_preemptible=True)
     assert verdict is not None and verdict.reason == NON_PREEMPTIBLE_OVER_QUOTA
@@ -143,7 +143,7 @@ def test_s12_default_queue_gotcha_reports_cpu_cores():
 
 def test_non_preemptible_memory_variant_and_ancestor_quota():
     shares = shares_of(
-        queue("root", parent=None, memory=QueueResource(10**9, UNLIMITED)),
+        queue("root", parent=None, memory=ShareResource(10**9, UNLIMITED)),
         queue("q"),
     )
     verdict = check_non_preemptible_quota(shares, "q", Resources(memory_bytes=2 * 10**9))
@@ -161,13 +161,13 @@ def test_unlimited_quota_skips_the_non_preemptible_check():
 
 
 def test_s33_fractions_count_against_the_limit():
-    shares = shares_of(ROOT, queue("q", gpu=QueueResource(0, 1 * GPU), allocated=Resources(gpu_milli=1000)))
+    shares = shares_of(ROOT, queue("q", gpu=ShareResource(0, 1 * GPU), allocated=Resources(gpu_milli=1000)))
     verdict = check_over_limit(shares, "q", Resources(gpu_milli=500), non_preemptible=False)
     assert verdict is not None
     assert verdict.message.endswith(
         "Limit is 1 GPUs, currently 1 GPUs allocated and workload requested 0.5 GPUs"
     )
-    half = shares_of(ROOT, queue("q", gpu=QueueResource(0, 1 * GPU), allocated=Resources(gpu_milli=500)))
+    half = shares_of(ROOT, queue("q", gpu=ShareResource(0, 1 * GPU), allocated=Resources(gpu_milli=500)))
     assert check_over_limit(half, "q", Resources(gpu_milli=500), non_preemptible=False) is None
 
 
@@ -179,7 +179,7 @@ def test_s13_missing_queue():
 
 
 def test_zero_request_is_never_over_a_zero_limit():
-    shares = shares_of(ROOT, queue("q", gpu=QueueResource(0, 0), cpu=QueueResource(0, 0)))
+    shares = shares_of(ROOT, queue("q", gpu=ShareResource(0, 0), cpu=ShareResource(0, 0)))
     assert check_capacity(shares, "q", ZERO, non_preemptible=True) is None
 
 
@@ -217,11 +217,11 @@ def test_go_float_matches_go_percent_v():
 def test_over_limit_iff_allocated_plus_request_exceeds_limit(leaf_limit, parent_limit, allocated, request):
     shares = shares_of(
         ROOT,
-        queue("p", gpu=QueueResource(UNLIMITED, parent_limit)),
+        queue("p", gpu=ShareResource(UNLIMITED, parent_limit)),
         queue(
             "c",
             parent="p",
-            gpu=QueueResource(UNLIMITED, leaf_limit),
+            gpu=ShareResource(UNLIMITED, leaf_limit),
             allocated=Resources(gpu_milli=allocated),
         ),
     )

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from shoal.core.fairshare import (
     QueueInput,
-    QueueResource,
-    QueueUsage,
+    ShareResource,
+    ShareUsage,
     allocatable_amount,
     divide_fair_share,
     effective_limit,
@@ -17,7 +17,7 @@ from shoal.core.fairshare_division import Claim, divide_resource
 from shoal.core.resources import UNLIMITED, ZERO, Resources
 
 GPU = 1000
-OPEN = QueueResource(quota=UNLIMITED, limit=UNLIMITED, over_quota_weight=1)  # the scenarios' default
+OPEN = ShareResource(quota=UNLIMITED, limit=UNLIMITED, over_quota_weight=1)  # the scenarios' default
 LOTS = Resources(gpu_milli=1000 * GPU)
 
 
@@ -28,7 +28,7 @@ def gpu_queue(name, quota=0, limit=UNLIMITED, weight=1, priority=100, request=LO
         priority=priority,
         cpu=OPEN,
         memory=OPEN,
-        gpu=QueueResource(quota=quota, limit=limit, over_quota_weight=weight),
+        gpu=ShareResource(quota=quota, limit=limit, over_quota_weight=weight),
         request=request,
         **kw,
     )
@@ -56,7 +56,7 @@ def test_deserved_first_regardless_of_priority():  # S16
 
 
 def test_time_based_fair_share_usage_weights():  # S38, §3.5
-    queues = [gpu_queue("A", usage=QueueUsage(gpu=0.5)), gpu_queue("B", usage=QueueUsage(gpu=0.0))]
+    queues = [gpu_queue("A", usage=ShareUsage(gpu=0.5)), gpu_queue("B", usage=ShareUsage(gpu=0.0))]
     total = Resources(gpu_milli=16 * GPU)
     assert fair_gpus(divide_fair_share(queues, total, k_value=1.0)) == {"A": 5, "B": 11}
     assert fair_gpus(divide_fair_share(queues, total, k_value=0.0)) == {"A": 8, "B": 8}
@@ -67,7 +67,7 @@ def test_time_based_fair_share_usage_weights():  # S38, §3.5
 
 def test_half_k_value_and_float_weights_are_exact():
     # k=0.5: s_A = 0.5 + 0.5*(0.5-0.5) = 0.5, s_B = 0.5 + 0.5*0.5 = 0.75 -> 6.4 / 9.6 -> 6 + 9, spare to B
-    queues = [gpu_queue("A", usage=QueueUsage(gpu=0.5)), gpu_queue("B")]
+    queues = [gpu_queue("A", usage=ShareUsage(gpu=0.5)), gpu_queue("B")]
     assert fair_gpus(divide_fair_share(queues, Resources(gpu_milli=16 * GPU), k_value=0.5)) == {
         "A": 6,
         "B": 10,
@@ -154,10 +154,10 @@ def test_limits_cap_fair_share_and_omitted_limit_means_quota():
 
 
 def test_effective_limit_and_allocatable_rules():
-    assert effective_limit(QueueResource(quota=2, limit=None)) == 2
-    assert effective_limit(QueueResource(quota=UNLIMITED, limit=None)) == UNLIMITED
-    assert effective_limit(QueueResource(quota=2, limit=0)) == 0
-    assert effective_limit(QueueResource(quota=2, limit=-5)) == UNLIMITED
+    assert effective_limit(ShareResource(quota=2, limit=None)) == 2
+    assert effective_limit(ShareResource(quota=UNLIMITED, limit=None)) == UNLIMITED
+    assert effective_limit(ShareResource(quota=2, limit=0)) == 0
+    assert effective_limit(ShareResource(quota=2, limit=-5)) == UNLIMITED
     assert allocatable_amount(UNLIMITED, 7, 3) == 3
     assert allocatable_amount(UNLIMITED, 7, UNLIMITED) == UNLIMITED
     assert allocatable_amount(2, 5, UNLIMITED) == 5
@@ -192,12 +192,12 @@ def test_cpu_and_memory_divided_independently():
     mb = 10**6
     a = QueueInput(
         name="a",
-        cpu=QueueResource(0, UNLIMITED, 1),
-        memory=QueueResource(0, UNLIMITED, 1),
-        gpu=QueueResource(0, UNLIMITED, 1),
+        cpu=ShareResource(0, UNLIMITED, 1),
+        memory=ShareResource(0, UNLIMITED, 1),
+        gpu=ShareResource(0, UNLIMITED, 1),
         request=Resources(cpu_milli=10**6, memory_bytes=10**12),
     )
-    b = a._replace(name="b", memory=QueueResource(0, UNLIMITED, 2))
+    b = a._replace(name="b", memory=ShareResource(0, UNLIMITED, 2))
     result = divide_fair_share([a, b], Resources(cpu_milli=1001, memory_bytes=10 * mb + 5))
     assert result.queues["a"].fair_share.cpu_milli + result.queues["b"].fair_share.cpu_milli == 1001
     assert {result.queues["a"].fair_share.cpu_milli, result.queues["b"].fair_share.cpu_milli} == {500, 501}
@@ -245,8 +245,8 @@ def test_oversubscribed_quotas_exceed_total():
 
 def test_nonsense_weights_and_usage_do_not_crash():
     queues = [
-        gpu_queue("A", weight=float("nan"), usage=QueueUsage(gpu=float("inf"))),
-        gpu_queue("B", weight=-2, usage=QueueUsage(gpu=-1.0)),
+        gpu_queue("A", weight=float("nan"), usage=ShareUsage(gpu=float("inf"))),
+        gpu_queue("B", weight=-2, usage=ShareUsage(gpu=-1.0)),
         gpu_queue("C", weight=1),
     ]
     assert fair_gpus(divide_fair_share(queues, Resources(gpu_milli=5 * GPU), k_value=float("nan"))) == {
@@ -282,19 +282,19 @@ def queue_forests(draw, whole_gpus=False):
                 parent=parent,
                 priority=draw(st.sampled_from(PRIORITIES)),
                 creation_key=draw(st.sampled_from(["", "2024-01-01", "2024-02-01"])),
-                cpu=QueueResource(
+                cpu=ShareResource(
                     draw(st.integers(-1, 3000)),
                     draw(st.one_of(st.none(), st.integers(-1, 5000))),
                     draw(st.integers(0, 3)),
                 ),
-                memory=QueueResource(draw(st.integers(-1, 3 * 10**9)), None, draw(st.integers(0, 3))),
-                gpu=QueueResource(quota, limit, draw(st.sampled_from([0, 1, 1, 2, 3, 0.5]))),
+                memory=ShareResource(draw(st.integers(-1, 3 * 10**9)), None, draw(st.integers(0, 3))),
+                gpu=ShareResource(quota, limit, draw(st.sampled_from([0, 1, 1, 2, 3, 0.5]))),
                 request=Resources(
                     cpu_milli=draw(st.integers(0, 4000)),
                     memory_bytes=draw(st.integers(0, 4 * 10**9)),
                     gpu_milli=amount(10),
                 ),
-                usage=QueueUsage(gpu=draw(st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0]))),
+                usage=ShareUsage(gpu=draw(st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0]))),
             )
         )
     if whole_gpus:
@@ -367,7 +367,7 @@ def test_whole_gpu_inputs_give_whole_gpu_fair_shares(case):
 def test_work_conserving_without_usage_and_zero_weights(case):
     queues, total, _ = case
     queues = [
-        q._replace(usage=QueueUsage(), gpu=q.gpu._replace(over_quota_weight=max(1, q.gpu.over_quota_weight)))
+        q._replace(usage=ShareUsage(), gpu=q.gpu._replace(over_quota_weight=max(1, q.gpu.over_quota_weight)))
         for q in queues
     ]
     result = divide_fair_share(queues, total, 1.0)

@@ -19,7 +19,7 @@ import itertools
 from shoal.core.context import Context
 from shoal.core.model import Pod
 from shoal.core.session import DEVICE_MILLI, GPU_MEMORY_PLACEHOLDER_MIB, NodeState, Task
-from shoal.core.statement import Op
+from shoal.core.statement import Change
 
 ACTION = "backgroundpods"
 EVICTION_MESSAGE = "Evicted to make room for a workload on this node"
@@ -78,7 +78,7 @@ def restore(ctx: Context) -> None:
         if op.kind == "pipeline" and op.task.job is not None:
             takers.setdefault(op.node.index, op.task.job.key)
     pods = sorted(session.background, key=lambda entry: (entry[0].index, entry[1].namespace, entry[1].name))
-    evictions: list[Op] = []
+    evictions: list[Change] = []
     for node, pod in pods:
         if _fits(node, pod):
             _take_back(node, pod)
@@ -86,7 +86,7 @@ def restore(ctx: Context) -> None:
         task = _task_of(ctx, pod)
         if task is None:  # pragma: no cover - the session only lists pods of known PodGroups
             continue
-        op = Op("evict", task, node)
+        op = Change("evict", task, node)
         op.action, op.by, op.message = ACTION, takers.get(node.index, ""), EVICTION_MESSAGE
         evictions.append(op)
     for op in evictions:

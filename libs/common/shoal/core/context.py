@@ -6,14 +6,19 @@ gang eviction) get the same context.
 from __future__ import annotations
 
 from shoal.core import semipreemptible
-from shoal.core.fairshare import FairShareResult, QueueInput, QueueShare, divide_fair_share
-from shoal.core.fairshare import QueueResource as ShareResource
-from shoal.core.fairshare import QueueUsage as ShareUsage
+from shoal.core.fairshare import (
+    FairShareResult,
+    QueueInput,
+    QueueShare,
+    ShareResource,
+    ShareUsage,
+    divide_fair_share,
+)
 from shoal.core.placement import NodeFilter
 from shoal.core.queue_order import record_allocation
 from shoal.core.resources import Resources
 from shoal.core.session import Job, Session, Task
-from shoal.core.statement import Op, Statement
+from shoal.core.statement import Change, Statement
 from shoal.core.victims import VictimPool
 
 
@@ -73,9 +78,9 @@ class Context:
         self.shares: dict[str, QueueShare] = dict(fair.queues)
         self.total = fair.total
         self.outcomes: dict[str, JobOutcome] = {}
-        self.accepted: list[Op] = []  # committed placement/eviction ops in decision order
-        self.job_ops: dict[str, list[Op]] = {}
-        self.moved: list[Op] = []  # consolidation's re-placements of the pods it moves (not in the plan)
+        self.accepted: list[Change] = []  # committed placement/eviction ops in decision order
+        self.job_ops: dict[str, list[Change]] = {}
+        self.moved: list[Change] = []  # consolidation's re-placements of the pods it moves (not in the plan)
         self.status_ops: list = []  # Annotate / PodGroupEvent ops from the eviction actions (core II)
         self.counters: dict[str, int] = {}  # e.g. victims simulated per action, budget stops (core II)
         self._victims: VictimPool | None = None
@@ -95,7 +100,7 @@ class Context:
             out = self.outcomes[job.key] = JobOutcome()
         return out
 
-    def accept(self, ops: list[Op]) -> None:
+    def accept(self, ops: list[Change]) -> None:
         """Record committed ops and keep the queue figures used by the policies in step."""
         semi: dict[str, Job] = {}
         for op in ops:

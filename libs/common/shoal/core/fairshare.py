@@ -5,7 +5,7 @@ capacity and returns, per queue and resource, the effective deserved quota, the 
 allocated / non-preemptible / request amounts, the effective limit and the allocatable ("allowed") share.
 
 Inputs (`QueueInput`):
-- Per resource a `QueueResource(quota, limit, over_quota_weight)`, integer base units (millicores, bytes,
+- Per resource a `ShareResource(quota, limit, over_quota_weight)`, integer base units (millicores, bytes,
   milli-GPUs; ingest converts KAI's megabytes and GPUs). `quota` UNLIMITED (-1, or any negative) means
   "the parent's whole amount". `limit=None` means the manifest OMITTED it: Shoal's rule (SPEC §2.1)
   makes the effective limit equal to the quota (so an omitted limit on a quota -1 queue is unlimited);
@@ -56,7 +56,7 @@ DEFAULT_QUEUE_PRIORITY = 100
 DIVISION_UNIT = {CPU: 1, MEMORY: BYTES_PER_MB, GPU: MILLI_PER_GPU}
 
 
-class QueueResource(NamedTuple):
+class ShareResource(NamedTuple):
     """One resource of a queue spec, in the resource's base unit."""
 
     quota: int = 0  # UNLIMITED (-1) = the parent's whole amount
@@ -64,7 +64,7 @@ class QueueResource(NamedTuple):
     over_quota_weight: float | int | Fraction = 1
 
 
-class QueueUsage(NamedTuple):
+class ShareUsage(NamedTuple):
     """Historical usage per resource, a fraction of capacity (0..1)."""
 
     cpu: float = 0.0
@@ -77,13 +77,13 @@ class QueueInput(NamedTuple):
     parent: str | None = None
     priority: int = DEFAULT_QUEUE_PRIORITY
     creation_key: str = ""
-    cpu: QueueResource = QueueResource()
-    memory: QueueResource = QueueResource()
-    gpu: QueueResource = QueueResource()
+    cpu: ShareResource = ShareResource()
+    memory: ShareResource = ShareResource()
+    gpu: ShareResource = ShareResource()
     request: Resources = ZERO  # own: allocated + pending of jobs directly in this queue
     allocated: Resources = ZERO  # own
     allocated_non_preemptible: Resources = ZERO  # own
-    usage: QueueUsage = QueueUsage()
+    usage: ShareUsage = ShareUsage()
     display_name: str = ""  # used in messages when set
 
 
@@ -123,7 +123,7 @@ class FairShareResult(NamedTuple):
     k_value: float
 
 
-def effective_limit(spec: QueueResource) -> int:
+def effective_limit(spec: ShareResource) -> int:
     """Shoal's limit: omitted -> quota; negative -> UNLIMITED."""
     limit = spec.quota if spec.limit is None else spec.limit
     return UNLIMITED if limit < 0 else limit

@@ -18,12 +18,12 @@ from shoal.core.context import Context
 from shoal.core.ordering import is_satisfied
 from shoal.core.placement import NodeFilter, find_node, static_signature
 from shoal.core.session import Job, NodeState, Task
-from shoal.core.statement import Op
+from shoal.core.statement import Change
 from shoal.core.victim_gate import Feasible
 from shoal.core.victims import Chunk
 
 
-def place_tasks(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
+def place_tasks(ctx: Context, job: Job, tasks: list[Task]) -> list[Change] | None:
     """Place every task (all or nothing) on the statement; the new ops, or None (rolled back).
     A topology-constrained job is placed inside one of its domains (topology.py), tried in order, and each
     constrained subgroup inside a domain of its own (subgroup_topology.py)."""
@@ -45,7 +45,7 @@ def place_tasks(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
     return None
 
 
-def _place_on(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
+def _place_on(ctx: Context, job: Job, tasks: list[Task]) -> list[Change] | None:
     stmt = ctx.statement
     cp = stmt.checkpoint()
     was_satisfied = is_satisfied(job.root)
@@ -66,7 +66,7 @@ def _place_on(ctx: Context, job: Job, tasks: list[Task]) -> list[Op] | None:
     return list(stmt.log[cp:])
 
 
-def replace_evicted(ctx: Context, chunks: list[Chunk]) -> list[Op] | None:
+def replace_evicted(ctx: Context, chunks: list[Chunk]) -> list[Change] | None:
     """Consolidation: re-place every evicted pod (pipelined); None (rolled back) if one has no node."""
     stmt = ctx.statement
     cp = stmt.checkpoint()

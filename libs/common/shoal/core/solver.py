@@ -40,7 +40,7 @@ from shoal.core.plan import Annotate
 from shoal.core.scenario import Accept, MessageOf, Search, minimal, movable, needed, victim_nodes
 from shoal.core.session import GATED, PENDING, Job, SubGroupNode, Task
 from shoal.core.sharing_mode import request_error
-from shoal.core.statement import Op
+from shoal.core.statement import Change
 from shoal.core.timetext import rfc3339
 from shoal.core.victim_gate import Feasible, helps, hosts, shapes
 from shoal.core.victims import Chunk
@@ -310,7 +310,7 @@ def _search(search: Search, chunks: Iterable[Chunk], budget: Budget, excess: Exc
     return None
 
 
-def commit(ctx: Context, job: Job, hidden: frozenset[int] = frozenset()) -> list[Op]:
+def commit(ctx: Context, job: Job, hidden: frozenset[int] = frozenset()) -> list[Change]:
     """Commit the statement: record the ops (minus pipelines of `hidden` tasks, which the plan must not
     carry: consolidation's moved pods are recreated by their controllers) and stamp the evictor's
     `kai.scheduler/last-eviction-timestamp`."""

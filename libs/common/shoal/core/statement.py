@@ -42,7 +42,7 @@ class GroupPick:
         return f"GroupPick({self.group_id!r}, new={self.new}, from_releasing={self.from_releasing})"
 
 
-class Op:
+class Change:
     """An accepted or pending change: kind is "allocate", "pipeline" or "evict"."""
 
     __slots__ = ("kind", "task", "node", "groups", "new_groups", "undo", "action", "by", "message")
@@ -70,7 +70,7 @@ def _take(idle: int, rel: int, need: int, pipelined: bool) -> tuple[int, int]:
 class Statement:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.log: list[Op] = []
+        self.log: list[Change] = []
         self.committed = 0
         self.fail_cache: dict[object, tuple[int, str]] = {}
 
@@ -97,12 +97,12 @@ class Statement:
         if self.fail_cache:
             self.fail_cache = {k: v for k, v in self.fail_cache.items() if v[0] <= cp}
 
-    def commit(self) -> list[Op]:
+    def commit(self) -> list[Change]:
         ops = self.log[self.committed :]
         self.committed = len(self.log)
         return ops
 
-    def pending_ops(self) -> list[Op]:
+    def pending_ops(self) -> list[Change]:
         return self.log[self.committed :]
 
     # ---- failure memo (valid while resources only shrink) ---------------------------------------------
@@ -114,14 +114,14 @@ class Statement:
         return hit[1] if hit is not None else None
 
     # ---- allocate / pipeline -----------------------------------------------------------------------
-    def allocate(self, task: Task, node: NodeState, picks: list[GroupPick] | tuple = ()) -> Op:
+    def allocate(self, task: Task, node: NodeState, picks: list[GroupPick] | tuple = ()) -> Change:
         return self._place(task, node, picks, pipelined=False)
 
-    def pipeline(self, task: Task, node: NodeState, picks: list[GroupPick] | tuple = ()) -> Op:
+    def pipeline(self, task: Task, node: NodeState, picks: list[GroupPick] | tuple = ()) -> Change:
         return self._place(task, node, picks, pipelined=True)
 
-    def _place(self, task: Task, node: NodeState, picks, pipelined: bool) -> Op:
-        op = Op("pipeline" if pipelined else "allocate", task, node)
+    def _place(self, task: Task, node: NodeState, picks, pipelined: bool) -> Change:
+        op = Change("pipeline" if pipelined else "allocate", task, node)
         prev = (task.status, task.node, task.groups)  # a re-placed victim goes back to releasing on undo
         new_count = sum(1 for p in picks if p.new)
         ci, cr = _take(node.idle_cpu, node.rel_cpu, task.cpu, pipelined)
@@ -178,7 +178,7 @@ class Statement:
         self.log.append(op)
         return op
 
-    def _undo_allocate(self, op: Op) -> None:
+    def _undo_allocate(self, op: Change) -> None:
         task, node = op.task, op.node
         ci, cr, mi, mr, pi, pr, gi, gr, group_undo, prev = op.undo
         node.idle_cpu += ci
@@ -208,12 +208,12 @@ class Statement:
         self.session.dirty.append(node.index)
 
     # ---- evict ---------------------------------------------------------------------------------------
-    def evict(self, task: Task, action: str = "", by: str = "", message: str = "") -> Op:
+    def evict(self, task: Task, action: str = "", by: str = "", message: str = "") -> Change:
         """A running task starts releasing: its resources become the node's releasing resources."""
         if task.status != RUNNING or task.node is None:
             raise ValueError(f"only running tasks can be evicted: {task.key}")
         node = task.node
-        op = Op("evict", task, node)
+        op = Change("evict", task, node)
         op.action, op.by, op.message = action, by, message
         node.rel_cpu += task.cpu
         node.rel_mem += task.mem
@@ -242,7 +242,7 @@ class Statement:
         self.log.append(op)
         return op
 
-    def _undo_evict(self, op: Op) -> None:
+    def _undo_evict(self, op: Change) -> None:
         task, node = op.task, op.node
         self.session.dirty.append(node.index)
         node.rel_cpu -= task.cpu
@@ -262,7 +262,7 @@ class Statement:
         self.fail_cache.clear()
 
     # ---- whole-job conversion ------------------------------------------------------------------------
-    def convert_to_pipelined(self, ops: list[Op]) -> None:
+    def convert_to_pipelined(self, ops: list[Change]) -> None:
         """Turn allocations into pipelined ones (resources stay taken); reversible."""
         for op in ops:
             if op.kind == "allocate":
@@ -271,6 +271,6 @@ class Statement:
                 for gid, _index in op.new_groups:
                     op.node.groups[gid].pipelined = True
                 self.session.dirty.append(op.node.index)
-                marker = Op("convert", op.task, op.node)
+                marker = Change("convert", op.task, op.node)
                 marker.undo = (op,)
                 self.log.append(marker)
