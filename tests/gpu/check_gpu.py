@@ -65,7 +65,7 @@ LOOP:
 """
 
 
-# ----- pure parts (tested in CI: tests/unit/nodeagent/test_gpu_check.py) ------------------------------------
+# ----- pure parts (tested in CI: tests/unit/services/nodeagent/test_gpu_check.py) ------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Real-GPU check of the Shoal node agent")
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out")

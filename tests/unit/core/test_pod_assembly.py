@@ -18,7 +18,7 @@ from shoal.core.ingest.key_order import KeyOrder
 from shoal.core.ingest.pdbs import blocked_pod_keys
 from shoal.core.ingest.shard_model import ShardModel, assemble
 from shoal.core.model import make_snapshot
-from tests.unit.services.test_snapshotter_shards import (
+from tests.unit.services.snapshotter.test_snapshotter_shards import (
     NOW,
     PRIORITY,
     QUEUE,

@@ -17,7 +17,7 @@ import pytest
 from shoal.adapters.startup import EXIT_STATUSES, Service
 from shoal.settings import default_text, type_text, variables
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = {name: target for name, target in
            tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"].items()
            if name.startswith("shoal-")}  # the services; `shoal` and `kubectl-shoal` are the commands

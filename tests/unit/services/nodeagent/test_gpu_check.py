@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "gpu" / "check_gpu.py"
+PATH = Path(__file__).resolve().parents[3] / "gpu" / "check_gpu.py"
 spec = importlib.util.spec_from_file_location("check_gpu", PATH)
 check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check)

@@ -7,7 +7,7 @@ from services.binder import kubeobjects as ko
 from services.binder.handlers import Binder
 from shoal.core.plan import SetCondition
 from shoal.metrics import Metrics
-from tests.unit.services.test_binder_plan import FakeInFlight, FakeKube, FakeSeen, GatedBus
+from tests.unit.services.binder.test_binder_plan import FakeInFlight, FakeKube, FakeSeen, GatedBus
 
 GANG = "Resources were found for 4 pods while 5 are required for gang scheduling"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.admission.podgroups import validate_update
-from tests.unit.services.test_admission_handlers import client, post, review
+from tests.unit.services.admission.test_admission_handlers import client, post, review
 
 
 def podgroup(spec: dict, *, started: bool = True, core: tuple[str, ...] = ()) -> dict:

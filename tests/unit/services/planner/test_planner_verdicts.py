@@ -12,7 +12,7 @@ from shoal.core.plan import Bind, ClearCondition, Pipeline, Plan, SetCondition
 from shoal.messages.base import new_meta
 from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
-from tests.unit.services.test_planner_publish import (
+from tests.unit.services.planner.test_planner_publish import (
     DELIVERY,
     QUEUE,
     InFlight,

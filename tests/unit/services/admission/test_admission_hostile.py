@@ -17,7 +17,7 @@ from services.admission import podgroups, sharing
 from services.admission import translate as t
 from services.admission.handlers import parse_review
 from tests.hostile_values import EXAMPLES, EXTREME, mutate, mutated, nested
-from tests.unit.services.test_admission_handlers import client, post, review
+from tests.unit.services.admission.test_admission_handlers import client, post, review
 
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -17,7 +17,7 @@ from services.snapshotter.translate import Shards
 from shoal.core.ingest import snapshot_from_objects
 from shoal.core.ingest.shard_model import ShardModel, assemble
 from shoal.messages.snapshot import InFlightBind
-from tests.unit.services.raw_snapshot import overlay_inflight, shard_objects, shard_of, trim
+from tests.unit.services.snapshotter.raw_snapshot import overlay_inflight, shard_objects, shard_of, trim
 
 NOW = "2026-01-01T00:00:00Z"
 SCHED = "shoal-scheduler"

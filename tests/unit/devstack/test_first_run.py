@@ -35,7 +35,7 @@ def test_ci_run_refuses_in_one_line_with_the_install_command_and_exit_2(tmp_path
     for tool in ("bash", "env", "id", "dirname", "cat", "printf", "mktemp"):
         (bare / tool).symlink_to(subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
                                                 text=True, check=True).stdout.strip())
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     proc = subprocess.run(["bash", str(repo / ".ci" / "run")], env={"PATH": str(bare), "SHOAL_APT": "0",
                                                                     "HOME": str(tmp_path)},
                           capture_output=True, text=True, timeout=60)
