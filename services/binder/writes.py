@@ -1,0 +1,118 @@
+"""The binder's status and event writes: PodGroup conditions and status, a pod's Unschedulable condition, the
+queues' status, core/v1 events (de-duplicated); reads of one object. None of them fails a plan: a gone object
+or a rejected patch is logged (`_quietly`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from services.binder import kubeobjects as ko
+from shoal.adapters import kube as k
+from shoal.core.fields import text
+from shoal.core.plan import SetCondition
+from shoal.errors import ConflictError, NotFoundError, PermanentError
+from shoal.logging import get_logger
+from shoal.messages.plan import PlanIssued
+
+log = get_logger("services.binder")
+
+CORE_EVENTS = k.Resource("", "v1", "events", "Event")
+
+
+class Writes:
+    """Mixed into `Binder`, whose fields these are."""
+
+    kube: k.Kube
+    parallel: int
+    event_dedupe_s: float
+    _events: dict[tuple, float]
+    _queue_status: dict[str, dict]
+
+    async def queue_statuses(self, plan: PlanIssued) -> None:
+        """Queue.status from the plan's figures, written only when it changed. Figures are per shard: a queue
+        used in several node pools shows the figures of the latest plan that involved it. Queues are written
+        concurrently, bounded by `parallel`."""
+        gate = asyncio.Semaphore(self.parallel)
+
+        async def write(name: str, body: dict) -> None:
+            async with gate:
+                await self._quietly(self.kube.patch(k.QUEUES, name, {"status": body}, subresource="status", answer=False))
+            self._queue_status[name] = body
+
+        changed = {}
+        for figures in plan.queues:
+            if not (figures.gpu.request or figures.cpu.request or figures.memory.request
+                    or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated):
+                continue
+            body = ko.queue_status(figures)
+            if self._queue_status.get(figures.name) != body:
+                changed[figures.name] = body
+        await asyncio.gather(*(write(name, body) for name, body in changed.items()))
+
+    async def set_condition(self, op: SetCondition) -> None:
+        current = await self._get(k.PODGROUPS, op.pod_group)
+        if current is None:
+            log.info("podgroup_missing_for_condition", pod_group=op.pod_group, reason=op.reason)
+            return
+        existing = (current.get("status") or {}).get("schedulingConditions") or []
+        if existing and existing[0].get("message") == op.message and \
+                ((existing[0].get("reasons") or [{}])[0].get("reason") or op.reason) == op.reason:
+            return  # unchanged (same reason and message): not rewritten, its transition time kept
+        transition = str(int(existing[0].get("transitionID", "0")) + 1) if existing else "0"
+        condition = ko.scheduling_condition(op, transition, ko.utc_now())
+        await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": [condition]}}, status=True)
+
+    async def pod_unschedulable(self, pod: str, message: str, current: dict | None = None) -> None:
+        namespace, name = ko.split(pod)
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastTransitionTime": ko.utc_now()}
+        current = current if current is not None else await self._get(k.PODS, pod)
+        if current is None:
+            return
+        for c in (current.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("message") == message:
+                return
+        await self._quietly(self.kube.patch(k.PODS, name, {"status": {"conditions": [condition]}},
+                                            namespace=namespace, subresource="status",
+                                            content_type="application/strategic-merge-patch+json", answer=False))
+
+    async def patch_podgroup(self, key: str, body: dict, *, status: bool = False) -> None:
+        namespace, name = ko.split(key)
+        await self._quietly(self.kube.patch(k.PODGROUPS, name, body, namespace=namespace,
+                                            subresource="status" if status else None, answer=False))
+
+    async def event(self, kind: str, key: str, reason: str, message: str, event_type: str, *,
+                    annotations: dict | None = None, uid: str | None = None) -> None:
+        """A core/v1 event about a pod or PodGroup; `uid` given: the object was read already (it may be gone)."""
+        now = time.monotonic()
+        dedupe = (kind, key, reason, message)
+        if annotations is None and now - self._events.get(dedupe, -1e9) < self.event_dedupe_s:
+            return
+        self._events[dedupe] = now
+        if len(self._events) > 50_000:
+            self._events = {d: t for d, t in self._events.items() if now - t < self.event_dedupe_s}
+        if uid is None:
+            obj = await self._get(k.PODS if kind == "Pod" else k.PODGROUPS, key)
+            if obj is None:
+                return
+            uid = text(obj, "metadata", "uid")
+        namespace, name = ko.split(key)
+        api_version = "v1" if kind == "Pod" else "scheduling.run.ai/v2alpha2"
+        body = ko.core_event(kind, namespace, name, uid, reason, message, event_type,
+                             api_version=api_version, annotations=annotations)
+        await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace, answer=False))
+
+    async def _get(self, resource: k.Resource, key: str) -> dict | None:
+        namespace, name = ko.split(key)
+        try:
+            return await self.kube.get(resource, name, namespace=namespace or None)
+        except NotFoundError:
+            return None
+
+    async def _quietly(self, call) -> None:
+        """Status and event writes must not fail a plan: a gone object or a rejected patch is logged."""
+        try:
+            await call
+        except (NotFoundError, PermanentError, ConflictError) as exc:
+            log.info("status_write_skipped", error=str(exc))
