@@ -2,8 +2,8 @@
 
 Each tick (every `sample_period_s`) the agent lists the nodes it serves (its own node, or every node
 matching the fake-node selector) and the pods on each (field selector `spec.nodeName`), samples the
-node's GPUs, lets `NodeAgent.tick` decide, then acts: pod annotation patches, Warning events, process
-kills, ConfigMap writes; metrics are updated every tick and `GpuUsage` is published every
+node's GPUs, lets `NodeAgent.tick` decide, then acts (`effects`: pod annotation patches, Warning events,
+process kills, ConfigMap writes); metrics are updated every tick and `GpuUsage` is published every
 `telemetry_period_s`. Listing every tick keeps the agent stateless across restarts (the cluster is the
 truth) at the cost of one list per node per tick.
 """
@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -25,32 +24,28 @@ from services.nodeagent.binding import RESERVE_ANNOTATION
 from services.nodeagent.cache import ClusterCache
 from services.nodeagent.config import NodeAgentSettings
 from services.nodeagent.device_record import DeviceRecord
+from services.nodeagent.effects import Effects, now_text
 from services.nodeagent.fake_backend import FakeInventory, gpus_for_node
 from services.nodeagent.handlers import (
     AgentConfig,
-    Annotate,
     NodeAgent,
-    PodEvent,
     TickResult,
-    WriteConfigMap,
     is_reservation,
 )
-from services.nodeagent.inventory import GpuInventory, NoSuchProcess
-from services.nodeagent.memory_policy import Kill
+from services.nodeagent.inventory import GpuInventory
 from services.nodeagent.procmap import ProcFs
 from services.nodeagent.telemetry import GpuUsage, TelemetryCollector
 from services.nodeagent.translate import NodeView, PodView, node_view, pod_view
 from shoal.adapters.http import Readiness, background, build_app
 from shoal.adapters.kafka import Publisher, ensure_topics
-from shoal.adapters.kube import CONFIGMAPS, CORE_EVENTS, PODS, Kube, connect_kube
-from shoal.errors import NotFoundError, ShoalError
+from shoal.adapters.kube import NODES, PODS, Kube, connect_kube
+from shoal.errors import ShoalError
 from shoal.logging import get_logger
 from shoal.messages.base import new_meta
 from shoal.messages.topics import GPU_USAGE
 from shoal.metrics import Metrics
 
 log = get_logger(__name__)
-COMPONENT = "shoal-nodeagent"
 AGENT: web.AppKey[NodeAgentApp] = web.AppKey("nodeagent")
 SIMULATED_MEMORY = "shoal.io/simulated-gpu-memory-mib"  # fake backend: a process using this much per GPU
 SIMULATED_UTIL = "run.ai/simulated-gpu-utilization"  # fake-gpu-operator's "lo-hi" percent; the midpoint is used
@@ -72,8 +67,6 @@ def simulated_usage(pods: list[PodView], pod_gpus: dict[str, tuple[str, ...]]) -
     return wanted
 
 
-def _now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -98,7 +91,7 @@ class QuietTick:
             all(a is b for a, b in zip(pods, self.pods, strict=True)) and sample == self.sample
 
 
-class NodeAgentApp:
+class NodeAgentApp(Effects):
     """The agent process: one `NodeAgent` and one inventory per node served."""
 
     def __init__(
@@ -113,8 +106,7 @@ class NodeAgentApp:
     ) -> None:
         self.settings = settings
         self.cache = cache  # None: list nodes and pods each tick (tests drive ticks this way)
-        self.core = client.CoreV1Api(api)  # reads when no cache serves them
-        self.kube = Kube(api, request_timeout_s=settings.kube.request_timeout_s)  # writes
+        self.kube = Kube(api, request_timeout_s=settings.kube.request_timeout_s)  # reads no cache serves, writes
         self.publisher = publisher
         self.metrics = metrics or Metrics()
         self.collector = TelemetryCollector()
@@ -142,24 +134,18 @@ class NodeAgentApp:
         )
 
     # ----- inputs -------------------------------------------------------------------------------------
-    async def _list(self, call: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        resp = await call(_preload_content=False, **kwargs)
-        body = await resp.json()
-        return list(body.get("items") or [])
-
     async def nodes(self) -> list[NodeView]:
         if self.cache is not None:
             return self.cache.node_views()
         if self.settings.all_fake_nodes:
-            items = await self._list(self.core.list_node, label_selector=self.settings.fake_node_selector)
+            items, _ = await self.kube.list(NODES, label_selector=self.settings.fake_node_selector)
             return sorted((node_view(i) for i in items), key=lambda n: n.name)
-        resp = await self.core.read_node(self.settings.node_name, _preload_content=False)
-        return [node_view(await resp.json())]
+        return [node_view(await self.kube.get(NODES, self.settings.node_name))]
 
     async def pods_on(self, node: str) -> list[PodView]:
         if self.cache is not None:
             return self.cache.pods_on(node)
-        items = await self._list(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
+        items, _ = await self.kube.list(PODS, field_selector=f"spec.nodeName={node}")
         return [pod_view(i) for i in items]
 
     def inventory(self, node: NodeView) -> GpuInventory:
@@ -259,7 +245,7 @@ class NodeAgentApp:
         if isinstance(inv, FakeInventory):
             inv.sync_simulated(simulated_usage(pods, result.pod_gpus))
         usage = GpuUsage(
-            meta=new_meta("nodeagent"), node=node.name, node_pool=pool, sampled_at=_now_text(),
+            meta=new_meta("nodeagent"), node=node.name, node_pool=pool, sampled_at=now_text(),
             partial=sample.partial, gpus=result.gpus, pods=result.pods,
         )
         self.collector.update(usage)
@@ -287,72 +273,6 @@ class NodeAgentApp:
             await self.publisher.publish(GPU_USAGE.full(self.settings.topic_prefix), usage, key=node)
         except ShoalError as exc:
             log.warning("telemetry_publish_failed", node=node, error=str(exc))
-
-    # ----- actions -------------------------------------------------------------------------------------
-    async def act(self, node: NodeView, inv: GpuInventory, agent: NodeAgent, result: TickResult,
-                  pods: list[PodView]) -> None:
-        for note in result.notes:
-            log.info("node_note", node=node.name, note=note)
-        await asyncio.gather(*(self.annotate(node.name, a) for a in result.annotate))  # different pods
-        for event in result.events:
-            self.collector.count(node.name, "report", event.reason)
-            await self.event(node.name, event)
-        by_key = {p.key: p for p in pods}
-        for kill in result.kills:
-            await self.kill(node.name, inv, kill, by_key.get(kill.pod_key))
-        for cm in result.configmaps:
-            await self.write_configmap(cm)
-            agent.configmap_written(cm)
-
-    async def annotate(self, node: str, a: Annotate) -> None:
-        patched = await self.kube.patch(PODS, a.name, {"metadata": {"annotations": {a.key: a.value}}},
-                                        namespace=a.namespace)
-        if self.cache is not None:
-            self.cache.put_pod(patched)  # write-through: the next tick sees it
-        log.info("gpu_assigned", node=node, pod=f"{a.namespace}/{a.name}", annotation=a.key, gpu=a.value)
-
-    async def kill(self, node: str, inv: GpuInventory, kill: Kill, pod: PodView | None) -> None:
-        fields = {"node": node, "pod": kill.pod_key, "pid": kill.pid, "gpu": kill.gpu_uuid, "reason": kill.reason}
-        try:
-            inv.kill(kill.pid, kill.start_ticks)
-        except NoSuchProcess as exc:
-            log.info("kill_skipped", **fields, why=str(exc))
-            return
-        except PermissionError as exc:
-            log.error("kill_failed", **fields, error=str(exc))
-            if pod is not None:
-                await self.event(node, PodEvent(pod.namespace, pod.name, pod.uid, "GPUProcessKillFailed",
-                                                f"could not kill process {kill.pid}: {exc}"))
-            return
-        self.collector.count(node, "kill", kill.reason)
-        log.warning("gpu_process_killed", **fields)
-        if pod is not None:
-            await self.event(node, PodEvent(pod.namespace, pod.name, pod.uid, kill.reason, kill.message))
-
-    async def event(self, node: str, event: PodEvent) -> None:
-        now = _now_text()
-        body = {
-            "metadata": {"generateName": f"{event.name}.", "namespace": event.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": event.namespace,
-                               "name": event.name, "uid": event.uid},
-            "reason": event.reason, "message": event.message, "type": event.type,
-            "source": {"component": COMPONENT, "host": node},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            "reportingComponent": COMPONENT, "reportingInstance": node,
-        }
-        try:
-            await self.kube.create(CORE_EVENTS, body, namespace=event.namespace, answer=False)
-        except ShoalError as exc:
-            log.warning("event_failed", pod=f"{event.namespace}/{event.name}", reason=event.reason,
-                        status=exc.status, error=str(exc))
-
-    async def write_configmap(self, cm: WriteConfigMap) -> None:
-        try:
-            await self.kube.patch(CONFIGMAPS, cm.name, {"data": cm.data}, namespace=cm.namespace, answer=False)
-        except NotFoundError:
-            body = {"metadata": {"name": cm.name, "namespace": cm.namespace, "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Pod", "name": cm.owner_pod, "uid": cm.owner_uid}]}, "data": cm.data}
-            await self.kube.create(CONFIGMAPS, body, namespace=cm.namespace, answer=False)
 
     # ----- loop and HTTP -------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
