@@ -42,6 +42,7 @@ from shoal.core.plan import (
     SetCondition,
     SetCorePods,
 )
+from shoal.core.plan_effects import annotation_patch, cleared_condition_patch, core_pods_patch
 from shoal.core.sharing_mode import DEFAULT_MODE
 from shoal.errors import ConflictError, PermanentError, TransientError
 from shoal.logging import get_logger
@@ -205,14 +206,13 @@ class Binder(Publishing, SharedGpus, Evictions):
         await self.set_condition(op)
 
     async def _clear_condition(self, plan: PlanIssued, op: ClearCondition) -> None:
-        await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": []}}, status=True)
+        await self.patch_podgroup(op.pod_group, cleared_condition_patch(op), status=True)
 
     async def _core_pods(self, plan: PlanIssued, op: SetCorePods) -> None:
-        await self.patch_podgroup(op.pod_group, {"status": {"schedulingState": {"corePods": list(op.pods)}}},
-                                  status=True)
+        await self.patch_podgroup(op.pod_group, core_pods_patch(op), status=True)
 
     async def _annotate(self, plan: PlanIssued, op: Annotate) -> None:
-        await self.patch_podgroup(op.pod_group, {"metadata": {"annotations": {op.key: op.value}}})
+        await self.patch_podgroup(op.pod_group, annotation_patch(op))
 
     async def _podgroup_event(self, plan: PlanIssued, op: PodGroupEvent) -> None:
         await self.event("PodGroup", op.pod_group, op.reason, op.message, op.type)

@@ -13,7 +13,7 @@ from shoal.core.model import (
     ANNOTATION_LAST_BIND_ERROR,
     ANNOTATION_LAST_BIND_FAILURE,
 )
-from shoal.core.plan import SetCondition
+from shoal.core.plan_effects import gpus_text
 
 RESERVE_ANNOTATION = "run.ai/reserve_for_gpu_index"
 RESERVATION_APP = "kai-resource-reservation"
@@ -84,43 +84,6 @@ def fraction_configmaps(pod: dict, uuids: list[str], portion: str,
     return capabilities, configmap(gpu_env.evar_name(pod), {})
 
 
-def scheduling_condition(op: SetCondition, transition_id: str, now: str) -> dict:
-    reasons = []
-    for r in op.reasons or ():
-        item: dict = {"reason": r.reason, "message": r.message}
-        if r.details is not None:
-            d = r.details
-            item["details"] = {"queueDetails": {
-                "name": d.name,
-                "queueRequestedResources": _resources(d.requested),
-                "queueDeservedResources": _resources(d.deserved),
-                "queueAllocatedResources": _resources(d.allocated),
-                "queueAllocatedNonPreemptibleResources": _resources(d.allocated_non_preemptible),
-                "queueResourceLimits": _resources(d.limit),
-                "podGroupRequestedResources": _resources(d.pod_group_requested),
-                "podGroupRequestedNonPreemptibleResources": _resources(d.pod_group_requested_non_preemptible),
-            }}
-        reasons.append(item)
-    if not reasons:
-        reasons = [{"reason": op.reason, "message": op.message}]
-    return {"type": "UnschedulableOnNodePool", "nodePool": op.node_pool or "default", "reason": "Unschedulable",
-            "message": op.message, "reasons": reasons, "status": "True", "transitionID": transition_id,
-            "lastTransitionTime": now}
-
-
-def _resources(vec: tuple[int, int, int]) -> dict[str, str]:
-    cpu, memory, gpu = vec
-    out = {"cpu": f"{cpu}m" if cpu >= 0 else "-1", "memory": str(memory)}
-    out["nvidia.com/gpu"] = _gpus(gpu)
-    return out
-
-
-def _gpus(milli: int) -> str:
-    if milli < 0:
-        return "-1"
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli / 1000:g}"
-
-
 def core_event(kind: str, namespace: str, name: str, uid: str, reason: str, message: str, event_type: str,
                *, api_version: str = "v1", annotations: dict | None = None, now: str | None = None) -> dict:
     now = now or utc_now()
@@ -141,7 +104,7 @@ def _cpu(milli: int) -> str:
 
 
 def _list(cpu: int, memory: int, gpu: int) -> dict[str, str]:
-    return {"cpu": _cpu(cpu), "memory": str(memory) if memory >= 0 else "-1", "nvidia.com/gpu": _gpus(gpu)}
+    return {"cpu": _cpu(cpu), "memory": str(memory) if memory >= 0 else "-1", "nvidia.com/gpu": gpus_text(gpu)}
 
 
 def _spec_units(value: int, per_unit: int) -> float | int:

@@ -19,8 +19,9 @@ from services.binder.writes import Writes
 from shoal.adapters import kube as k
 from shoal.adapters.inflight import InFlight
 from shoal.core.fields import mapping
-from shoal.core.kai_labels import GPU_GROUP_LABEL, RECEIVED_TYPE, gpu_group_labels
+from shoal.core.kai_labels import GPU_GROUP_LABEL
 from shoal.core.plan import Bind
+from shoal.core.plan_effects import bound_pod_metadata
 from shoal.core.sharing_mode import DEFAULT_MODE, DISABLED, disabled_message
 from shoal.errors import ConflictError, NotFoundError
 from shoal.logging import get_logger
@@ -54,16 +55,16 @@ class SharedGpus(Writes):
         if pod is None:
             raise NotFoundError(f"pod {op.pod} is gone")
         namespace, name = ko.split(op.pod)
-        annotations = {RECEIVED_TYPE: op.received_resource_type,
-                       **fractions.pod_annotations(pod, op, uuids, mode)}
+        metadata = bound_pod_metadata(op)
+        metadata["labels"][ko.SHARED_LABEL] = "true"  # the reservation pods' GC finds the pods that use them by it
+        metadata["annotations"].update(fractions.pod_annotations(pod, op, uuids, mode))
         writes = []
         if fractions.uses_configmaps(mode):
             capabilities, evar = ko.fraction_configmaps(pod, uuids, op.fraction or "",
                                                         fractions.capabilities_extra(op, mode))
             writes = [self._apply_configmap(capabilities), self._ensure_configmap(evar)]
-        await asyncio.gather(*writes, self.kube.patch(k.PODS, name, {"metadata": {
-            "labels": {**gpu_group_labels(op.gpu_groups), ko.SHARED_LABEL: "true"},
-            "annotations": annotations}}, namespace=namespace, answer=False))
+        await asyncio.gather(*writes, self.kube.patch(k.PODS, name, {"metadata": metadata}, namespace=namespace,
+                                                      answer=False))
 
     async def ensure_reservation(self, node: str, group: str, *, wait: bool = False,
                                  compute_mode: str | None = None) -> str:

@@ -11,6 +11,7 @@ from services.binder import kubeobjects as ko
 from shoal.adapters import kube as k
 from shoal.core.fields import text
 from shoal.core.plan import SetCondition
+from shoal.core.plan_effects import condition_patch, next_condition
 from shoal.errors import ConflictError, NotFoundError, PermanentError
 from shoal.logging import get_logger
 from shoal.messages.plan import PlanIssued
@@ -55,13 +56,9 @@ class Writes:
         if current is None:
             log.info("podgroup_missing_for_condition", pod_group=op.pod_group, reason=op.reason)
             return
-        existing = (current.get("status") or {}).get("schedulingConditions") or []
-        if existing and existing[0].get("message") == op.message and \
-                ((existing[0].get("reasons") or [{}])[0].get("reason") or op.reason) == op.reason:
-            return  # unchanged (same reason and message): not rewritten, its transition time kept
-        transition = str(int(existing[0].get("transitionID", "0")) + 1) if existing else "0"
-        condition = ko.scheduling_condition(op, transition, ko.utc_now())
-        await self.patch_podgroup(op.pod_group, {"status": {"schedulingConditions": [condition]}}, status=True)
+        condition = next_condition((current.get("status") or {}).get("schedulingConditions") or [], op, ko.utc_now())
+        if condition is not None:  # None: unchanged, not rewritten (its transition time kept)
+            await self.patch_podgroup(op.pod_group, condition_patch(condition), status=True)
 
     async def pod_unschedulable(self, pod: str, message: str, current: dict | None = None) -> None:
         namespace, name = ko.split(pod)

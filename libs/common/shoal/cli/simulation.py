@@ -33,9 +33,17 @@ from shoal.core.ingest import (
 )
 from shoal.core.ingest.common import IngestError
 from shoal.core.ingest.grouping import POD_GROUP_ANNOTATION, SUBGROUP_LABEL
-from shoal.core.kai_labels import RECEIVED_TYPE, gpu_group_labels
 from shoal.core.model import ALL_ACTIONS
 from shoal.core.plan import Annotate, Bind, ClearCondition, Evict, Pipeline, Plan, SetCondition, SetCorePods
+from shoal.core.plan_effects import (
+    annotation_patch,
+    bound_pod_metadata,
+    cleared_condition_patch,
+    condition_patch,
+    core_pods_patch,
+    merge_patch,
+    next_condition,
+)
 
 DEFAULT_NOW = "2026-01-01T00:00:00Z"
 Timer = Callable[[], float]
@@ -132,8 +140,7 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
             status = pod.setdefault("status", {})
             status["phase"] = "Running"
             status.pop("nominatedNodeName", None)
-            _submap(_meta(pod), "labels").update(gpu_group_labels(op.gpu_groups))
-            _submap(_meta(pod), "annotations")[RECEIVED_TYPE] = op.received_resource_type
+            merge_patch(pod, {"metadata": bound_pod_metadata(op)})
         elif isinstance(op, Pipeline) and op.pod in pods:
             pods[op.pod].setdefault("status", {})["nominatedNodeName"] = op.node
         elif isinstance(op, Evict) and op.pod in pods and op.pod not in removed:
@@ -147,17 +154,16 @@ def _apply(docs: list[dict], plan: Plan, cycle: int, now: str) -> list[dict]:
                 _submap(fresh["metadata"], "annotations")["shoal.io/recreated"] = "true"
                 added.append(fresh)
         elif isinstance(op, Annotate) and op.pod_group in groups:
-            _submap(_meta(groups[op.pod_group]), "annotations")[op.key] = op.value
+            merge_patch(groups[op.pod_group], annotation_patch(op))
         elif isinstance(op, SetCondition) and op.pod_group in groups:
-            groups[op.pod_group].setdefault("status", {})["schedulingConditions"] = [{
-                "type": "UnschedulableOnNodePool", "nodePool": op.node_pool or "default", "reason": "Unschedulable",
-                "message": op.message, "status": "True",
-                "reasons": [{"reason": r.reason, "message": r.message} for r in op.reasons],
-            }]
+            group = groups[op.pod_group]
+            condition = next_condition(mapping(group, "status").get("schedulingConditions") or [], op, now)
+            if condition is not None:
+                merge_patch(group, condition_patch(condition))
         elif isinstance(op, SetCorePods) and op.pod_group in groups:
-            groups[op.pod_group].setdefault("status", {})["schedulingState"] = {"corePods": list(op.pods)}
+            merge_patch(groups[op.pod_group], core_pods_patch(op))
         elif isinstance(op, ClearCondition) and op.pod_group in groups:
-            groups[op.pod_group].setdefault("status", {}).pop("schedulingConditions", None)
+            merge_patch(groups[op.pod_group], cleared_condition_patch(op))
     pipelined = {op.pod for op in plan.ops if isinstance(op, Pipeline)}
     for key, pod in pods.items():  # a pipeline lasts one cycle: the next cycle re-plans it
         if key not in pipelined and not (pod.get("spec") or {}).get("nodeName"):

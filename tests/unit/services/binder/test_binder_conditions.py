@@ -3,9 +3,9 @@ verdict every cycle costs a read, never a write (and keeps its transition id).""
 
 from __future__ import annotations
 
-from services.binder import kubeobjects as ko
 from services.binder.handlers import Binder
 from shoal.core.plan import SetCondition
+from shoal.core.plan_effects import scheduling_condition
 from shoal.metrics import Metrics
 from tests.unit.services.binder.test_binder_plan import FakeInFlight, FakeKube, FakeSeen, GatedBus
 
@@ -13,7 +13,7 @@ GANG = "Resources were found for 4 pods while 5 are required for gang scheduling
 
 
 def group_with(op: SetCondition | None) -> dict:
-    status = {"schedulingConditions": [ko.scheduling_condition(op, "3", "2026-01-01T00:00:00Z")]} if op else {}
+    status = {"schedulingConditions": [scheduling_condition(op, "3", "2026-01-01T00:00:00Z")]} if op else {}
     return {"metadata": {"name": "pg", "namespace": "ns", "uid": "u"}, "status": status}
 
 
