@@ -15,6 +15,7 @@ from shoal.core.capacity import (
     non_preemptible_over_quota_message,
     over_limit_message,
     queue_does_not_exist,
+    vector,
 )
 from shoal.core.fairshare import QueueInput, ShareResource, divide_fair_share
 from shoal.core.resources import UNLIMITED, ZERO, Resources
@@ -44,8 +45,8 @@ def test_s7_empty_limit_as_kai_caps_at_zero():
         "q quota has reached the allowable limit of GPUs. "
         "Limit is 0 GPUs, currently 0 GPUs allocated and workload requested 1 GPUs"
     )
-    assert verdict.details["queueResourceLimits"] == Resources(cpu_milli=UNLIMITED, memory_bytes=UNLIMITED)
-    assert verdict.details["name"] == "q"
+    assert verdict.details.limit == vector(Resources(cpu_milli=UNLIMITED, memory_bytes=UNLIMITED))
+    assert verdict.details.name == "q"
 
 
 def test_s7_shoal_omitted_limit_is_the_quota():
@@ -88,8 +89,8 @@ def test_s9_over_quota_up_to_limit():
         "q quota has reached the allowable limit of GPUs. "
         "Limit is 2 GPUs, currently 2 GPUs allocated and workload requested 1 GPUs"
     )
-    assert verdict.details["queueAllocatedResources"] == Resources(gpu_milli=2 * GPU)
-    assert verdict.details["podGroupRequestedNonPreemptibleResources"] == ZERO
+    assert verdict.details.allocated == vector(Resources(gpu_milli=2 * GPU))
+    assert verdict.details.pod_group_requested_non_preemptible == vector(ZERO)
     one = shares_of(ROOT, queue("q", gpu=spec, allocated=Resources(gpu_milli=GPU)))
     assert check_capacity(one, "q", Resources(gpu_milli=GPU), non_preemptible=False) is None
 
@@ -103,14 +104,14 @@ def test_s10_parent_limit_binds_and_is_named():
     verdict = check_capacity(shares, "c", Resources(gpu_milli=GPU), non_preemptible=False)
     assert verdict is not None
     assert verdict.message.startswith("p quota has reached the allowable limit of GPUs. Limit is 2 GPUs, ")
-    assert verdict.details["name"] == "p"
+    assert verdict.details.name == "p"
 
 
 def test_display_name_is_used_in_messages():
     shares = shares_of(ROOT, queue("q", gpu=ShareResource(0, 0), display_name="Team Q"))
     verdict = check_capacity(shares, "q", Resources(gpu_milli=GPU), non_preemptible=False)
     assert verdict is not None and verdict.message.startswith("Team Q quota has reached")
-    assert verdict.details["name"] == "q"
+    assert verdict.details.name == "q"
 
 
 def test_s11_non_preemptible_stays_within_quota():
@@ -124,7 +125,7 @@ def test_s11_non_preemptible_stays_within_quota():
         "while 2 GPUs are already allocated for non-preemptible pods. "
         "Use a preemptible workload to go over quota."
     )
-    assert verdict.details["podGroupRequestedNonPreemptibleResources"] == Resources(gpu_milli=GPU)
+    assert verdict.details.pod_group_requested_non_preemptible == vector(Resources(gpu_milli=GPU))
     assert check_capacity(shares, "q", Resources(gpu_milli=GPU), non_preemptible=False) is None
 
 
@@ -152,7 +153,7 @@ def test_non_preemptible_memory_variant_and_ancestor_quota():
         "Non-preemptible workload is over quota. Workload requested 2 GB memory, but root quota is 1 GB, "
         "while 0 GB are already allocated for non-preemptible pods. Use a preemptible workload to go over quota."
     )
-    assert verdict.details["name"] == "root"
+    assert verdict.details.name == "root"
 
 
 def test_unlimited_quota_skips_the_non_preemptible_check():
@@ -230,7 +231,7 @@ def test_over_limit_iff_allocated_plus_request_exceeds_limit(leaf_limit, parent_
     over_parent = request > 0 and parent_limit < allocated + request
     assert (verdict is not None) == (over_leaf or over_parent)
     if verdict is not None:
-        assert verdict.details["name"] == ("c" if over_leaf else "p")
+        assert verdict.details.name == ("c" if over_leaf else "p")
 
 
 def test_message_builders_match_kai_test_expectations():

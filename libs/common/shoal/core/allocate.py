@@ -116,7 +116,7 @@ def _admit(ctx: Context, job: Job) -> bool:
     share = ctx.shares.get(job.queue)
     if share is None:
         v = capacity.queue_does_not_exist(job.queue)
-        ctx.outcome(job).reasons.append((v.reason, v.message, None))
+        ctx.outcome(job).refuse(v.reason, v.message)
         return False
     if not share.is_leaf:
         return False
@@ -137,7 +137,7 @@ def _admit(ctx: Context, job: Job) -> bool:
     if bad:
         t = min(bad, key=lambda t: t.key)
         msg = reasons.invalid_gpu_request(t.key, request_error(t.pod, mode) or "")
-        ctx.outcome(job).reasons.append((reasons.POD_SCHEDULING_ERRORS, msg, None))
+        ctx.outcome(job).refuse(reasons.POD_SCHEDULING_ERRORS, msg)
         return False
     return True
 
@@ -191,7 +191,7 @@ def allocate_job(ctx: Context, job: Job, tasks: list[Task]) -> bool:
             stmt.rollback(cp)
             message, per_pod = _failure_message(job, task, active_before_rollback, fit or "")
             out = ctx.outcome(job)
-            out.reasons.append((reasons.POD_SCHEDULING_ERRORS, message, None))
+            out.refuse(reasons.POD_SCHEDULING_ERRORS, message)
             out.per_pod_fit = fit if per_pod else None
             return False
         if spot.pipelined:
@@ -234,7 +234,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         verdict = capacity.check_capacity(ctx.shares, job.queue, limit_request(tasks),
                                           semipreemptible.places_core(job))
         if verdict is not None:
-            ctx.outcome(job).reasons.append((verdict.reason, verdict.message, verdict.details))
+            ctx.outcome(job).refuse(verdict.reason, verdict.message, verdict.details)
             continue
         if topology.constraint_of(job):  # core II: topology-aware placement tries one domain at a time
             placed = topology.allocate_in_domains(ctx, job, tasks, _allocate_in_subgroups)

@@ -57,7 +57,7 @@ def hold(ctx: Context, job: Job) -> bool:
     """True (and the BindBackoff reason recorded) when the job is backing off."""
     if not backing_off(job, ctx):
         return False
-    ctx.outcome(job).reasons.append((BIND_BACKOFF, message(job.group, ctx.session.config), None))
+    ctx.outcome(job).refuse(BIND_BACKOFF, message(job.group, ctx.session.config))
     return True
 
 

@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from shoal.core.fairshare import QueueShare
+from shoal.core.plan import QueueDetails
 from shoal.core.queue_order import queue_path
 from shoal.core.resources import CPU, GPU, MEMORY, RESOURCE_ORDER, UNLIMITED, ZERO, Resources
 
@@ -43,7 +44,7 @@ _DISPLAY_DIVISOR = {CPU: 1000, MEMORY: 1_000_000_000, GPU: 1000}
 class CapacityVerdict(NamedTuple):
     reason: str
     message: str
-    details: dict[str, object]
+    details: QueueDetails | None  # None: no queue to show (QueueDoesNotExist)
 
 
 def humanize(resource: str, amount: int) -> str:
@@ -119,22 +120,21 @@ def queue_does_not_exist_message(name: str) -> str:
 
 
 def queue_does_not_exist(name: str) -> CapacityVerdict:
-    return CapacityVerdict(QUEUE_DOES_NOT_EXIST, queue_does_not_exist_message(name), {"name": name})
+    return CapacityVerdict(QUEUE_DOES_NOT_EXIST, queue_does_not_exist_message(name), None)
 
 
-def queue_details(
-    share: QueueShare, requested: Resources, requested_non_preemptible: Resources
-) -> dict[str, object]:
-    return {
-        "name": share.name,
-        "queueRequestedResources": share.request,
-        "queueDeservedResources": share.quota,
-        "queueAllocatedResources": share.allocated,
-        "queueAllocatedNonPreemptibleResources": share.allocated_non_preemptible,
-        "queueResourceLimits": share.limit,
-        "podGroupRequestedResources": requested,
-        "podGroupRequestedNonPreemptibleResources": requested_non_preemptible,
-    }
+def vector(r: Resources) -> tuple[int, int, int]:
+    """(cpu_milli, memory_bytes, gpu_milli), as QueueDetails holds them."""
+    return (r.cpu_milli, r.memory_bytes, r.gpu_milli)
+
+
+def queue_details(share: QueueShare, requested: Resources, requested_non_preemptible: Resources) -> QueueDetails:
+    """The queue's figures a verdict carries (details.queueDetails of the condition reason)."""
+    return QueueDetails(
+        name=share.name, requested=vector(share.request), deserved=vector(share.quota),
+        allocated=vector(share.allocated), allocated_non_preemptible=vector(share.allocated_non_preemptible),
+        limit=vector(share.limit), pod_group_requested=vector(requested),
+        pod_group_requested_non_preemptible=vector(requested_non_preemptible))
 
 
 def check_over_limit(

@@ -15,6 +15,7 @@ from shoal.core.fairshare import (
     divide_fair_share,
 )
 from shoal.core.placement import NodeFilter
+from shoal.core.plan import ConditionReason, QueueDetails
 from shoal.core.queue_order import record_allocation
 from shoal.core.resources import Resources
 from shoal.core.session import Job, Session, Task
@@ -28,9 +29,14 @@ class JobOutcome:
     __slots__ = ("reasons", "per_pod_fit", "not_ready")
 
     def __init__(self) -> None:
-        self.reasons: list[tuple[str, str, dict | None]] = []  # (reason, message, queue details)
+        self.reasons: list[ConditionReason] = []  # every verdict of the cycle, the last one counts
         self.per_pod_fit: str | None = None  # fit error when the message is the per-pod one
         self.not_ready: str | None = None
+
+    def refuse(self, reason: str, message: str, details: QueueDetails | None = None) -> None:
+        """One more verdict against the job: why it was not placed (KAI's condition reason, its message and, for
+        a queue's limit or quota, the queue's figures)."""
+        self.reasons.append(ConditionReason(reason=reason, message=message, details=details))
 
 
 def _created_key(value: str | int) -> str:

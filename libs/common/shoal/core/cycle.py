@@ -31,14 +31,12 @@ from shoal.core.plan import (
     Annotate,
     Bind,
     ClearCondition,
-    ConditionReason,
     CycleTimings,
     Evict,
     Pipeline,
     Plan,
     PodEvent,
     PodGroupEvent,
-    QueueDetails,
     QueueFigures,
     Reserve,
     ResourceFigures,
@@ -75,25 +73,6 @@ def enabled_actions(snapshot: Snapshot) -> list[str]:
     ):
         names = [a for a in names if a != "consolidation"]
     return names
-
-
-def _vec(r) -> tuple[int, int, int]:
-    return (r.cpu_milli, r.memory_bytes, r.gpu_milli)
-
-
-def _details(d: dict | None) -> QueueDetails | None:
-    if not d or "queueAllocatedResources" not in d:
-        return None
-    return QueueDetails(
-        name=str(d["name"]),
-        requested=_vec(d["queueRequestedResources"]),
-        deserved=_vec(d["queueDeservedResources"]),
-        allocated=_vec(d["queueAllocatedResources"]),
-        allocated_non_preemptible=_vec(d["queueAllocatedNonPreemptibleResources"]),
-        limit=_vec(d["queueResourceLimits"]),
-        pod_group_requested=_vec(d["podGroupRequestedResources"]),
-        pod_group_requested_non_preemptible=_vec(d["podGroupRequestedNonPreemptibleResources"]),
-    )
 
 
 def build_plan(ctx: Context) -> Plan:
@@ -162,23 +141,21 @@ def build_plan(ctx: Context) -> Plan:
             status.append(PodGroupEvent(pod_group=key, reason=reasons.NOT_READY, message=out.not_ready))
         if out is not None and out.reasons:
             first = out.reasons[-1:]  # the last attempt's verdict
-            message = reasons.condition_message([(r, m) for r, m, _ in first])
+            message = reasons.condition_message([(r.reason, r.message) for r in first])
             if not active:  # markUnschedulable governs the pods' PodScheduled condition (binder), not this
                 status.append(
                     SetCondition(
                         pod_group=key,
-                        reason=first[0][0],
+                        reason=first[0].reason,
                         message=message,
-                        reasons=tuple(
-                            ConditionReason(reason=r, message=m, details=_details(d)) for r, m, d in first
-                        ),
+                        reasons=tuple(first),
                         node_pool=job.group.node_pool,
                     )
                 )
             for t in sorted(job.tasks, key=lambda t: t.key):
                 if t.status != PENDING:
                     continue
-                text = reasons.pod_error(t.key, out.per_pod_fit) if out.per_pod_fit else first[0][1]
+                text = reasons.pod_error(t.key, out.per_pod_fit) if out.per_pod_fit else first[0].message
                 status.append(PodEvent(pod=t.key, reason=reasons.UNSCHEDULABLE, message=text, pod_group=key))
         elif active and job.group.condition_reason:
             status.append(ClearCondition(pod_group=key))

@@ -55,9 +55,8 @@ def run_evictors(ctx: Context, name: str, policy: Policy, budget: Budget, *,
                 jq.shares = ctx.shares
                 jq.push(job)
         elif budget.exhausted:
-            ctx.outcome(job).reasons.append((VICTIM_BUDGET_EXHAUSTED, budget_message(name, budget.spent), None))
+            ctx.outcome(job).refuse(VICTIM_BUDGET_EXHAUSTED, budget_message(name, budget.spent))
         else:
             budget.failed.add(sig)
             if budget.job_exhausted:
-                ctx.outcome(job).reasons.append(
-                    (VICTIM_BUDGET_EXHAUSTED, job_budget_message(name, budget.job_spent), None))
+                ctx.outcome(job).refuse(VICTIM_BUDGET_EXHAUSTED, job_budget_message(name, budget.job_spent))

@@ -48,9 +48,9 @@ def record_delay(ctx: Context, job: Job) -> bool:
     if end is None:
         return False
     message = preemption_delay_message(job.group.preemption_delay_s or 0, end)
-    reasons = ctx.outcome(job).reasons
-    if not reasons or reasons[-1][0] != PREEMPTION_DELAY_NOT_ELAPSED:
-        reasons.append((PREEMPTION_DELAY_NOT_ELAPSED, message, None))
+    outcome = ctx.outcome(job)
+    if not outcome.reasons or outcome.reasons[-1].reason != PREEMPTION_DELAY_NOT_ELAPSED:
+        outcome.refuse(PREEMPTION_DELAY_NOT_ELAPSED, message)
     return True
 
 

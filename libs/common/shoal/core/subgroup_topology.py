@@ -129,5 +129,5 @@ def allocate_within(ctx: Context, job: Job, tasks: list[Task], allocate_job: All
         ctx.nodes = base
         ctx.statement.fail_cache.clear()
     if not placed and narrowed.failure:
-        ctx.outcome(job).reasons.append((tas.TOPOLOGY_PLACEMENT, narrowed.failure, None))
+        ctx.outcome(job).refuse(tas.TOPOLOGY_PLACEMENT, narrowed.failure)
     return placed

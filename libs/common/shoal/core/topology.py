@@ -184,13 +184,13 @@ def allocate_in_domains(ctx: Context, job: Job, tasks: list[Task], allocate_job:
     topology = next((t for t in ctx.session.snapshot.topologies if t.name == name), None)
     out = ctx.outcome(job)
     if topology is None:
-        out.reasons.append((TOPOLOGY_PLACEMENT, missing_topology(name), None))
+        out.refuse(TOPOLOGY_PLACEMENT, missing_topology(name))
         return False
     required = level_index(topology, required_name) if required_name else None
     preferred = level_index(topology, preferred_name) if preferred_name else None
     for given, index in ((required_name, required), (preferred_name, preferred)):
         if given and index is None:
-            out.reasons.append((TOPOLOGY_PLACEMENT, missing_level(given, topology.name), None))
+            out.refuse(TOPOLOGY_PLACEMENT, missing_level(given, topology.name))
             return False
     low = preferred if preferred is not None else required if required is not None else len(topology.levels) - 1
     high = required if required is not None else 0
@@ -200,8 +200,7 @@ def allocate_in_domains(ctx: Context, job: Job, tasks: list[Task], allocate_job:
         domains.append((-1, members, ()))
     if not domains:
         requirement = required_name or preferred_name or ""
-        out.reasons.append((TOPOLOGY_PLACEMENT, unsatisfied(topology.name, requirement, job.key,
-                                                            lowest_common(ctx, topology)), None))
+        out.refuse(TOPOLOGY_PLACEMENT, unsatisfied(topology.name, requirement, job.key, lowest_common(ctx, topology)))
         return False
     base = ctx.nodes
     try:
