@@ -17,11 +17,9 @@ from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.shard_snapshots import Progress, SnapshotReader
 from shoal.adapters.usage_history import UsageHistory, UsageSource
-from shoal.core.context import Context
-from shoal.core.cycle import queue_figures
+from shoal.core.cycle import fair_share_figures
 from shoal.core.ingest.shard_model import assemble
 from shoal.core.kept_pass import KeptPass
-from shoal.core.session import Session
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
@@ -84,9 +82,8 @@ class FairShare:
         usage = await source.usage(shard, now_s=at_s) if source is not None else {}
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
                           config_doc=with_usage(None, usage), require_podgroup=latest.require_podgroup)
-        ctx = Context(Session(result.snapshot, kept=self.kept.setdefault(shard, KeptPass())))
-        figures = tuple(queue_figures(ctx))
-        capacity = {"gpu": ctx.total.gpu_milli, "cpu": ctx.total.cpu_milli, "memory": ctx.total.memory_bytes}
+        figures, total = fair_share_figures(result.snapshot, self.kept.setdefault(shard, KeptPass()))
+        capacity = {"gpu": total.gpu_milli, "cpu": total.cpu_milli, "memory": total.memory_bytes}
         if self.history is not None:
             await self.history.record(shard, sample_of(at_s, capacity, figures), self.usage_params)
         computed = FairShareComputed(meta=new_meta("fairshare", revision=latest.revision), shard=shard,

@@ -44,6 +44,7 @@ from shoal.core.plan import (
     SetCorePods,
     make_plan,
 )
+from shoal.core.resources import Resources
 from shoal.core.session import ACTIVE, PENDING, Session
 
 # KAI action order (priority 500, 400, 300, 200, 100). Core II registers the other four here.
@@ -185,6 +186,13 @@ def queue_figures(ctx: Context) -> list[QueueFigures]:
             )
         out.append(QueueFigures(name=name, **figs))
     return out
+
+
+def fair_share_figures(snapshot: Snapshot, kept: KeptPass | None = None) -> tuple[tuple[QueueFigures, ...], Resources]:
+    """What the fairshare service publishes for a snapshot: every queue's figures, divided as a cycle divides
+    them before its actions (the same Session and Context a cycle builds), and the shard's capacity."""
+    ctx = Context(Session(snapshot, kept=kept))
+    return tuple(queue_figures(ctx)), ctx.total
 
 
 def run_cycle_timed(
