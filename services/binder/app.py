@@ -52,7 +52,12 @@ def build(settings: BinderSettings) -> web.Application:
 
     app = consumer_app("binder", settings, topics.PLANS, PlanIssued, binder, group_id=settings.group_id,
                        pipeline=settings.pipeline, contexts=[kube_client])
-    app.cleanup_ctx.append(background("reservation-watch", lambda app: app[BINDER].reservations.run()))
+    async def reservation_watch(app: web.Application) -> None:
+        watch = app[BINDER].reservations
+        assert watch is not None  # the binder is always made with its watch here
+        await watch.run()
+
+    app.cleanup_ctx.append(background("reservation-watch", reservation_watch))
 
     async def reservation_sync(app: web.Application) -> None:
         while True:

@@ -181,13 +181,13 @@ class Binder(Publishing, SharedGpus, Evictions):
     async def _concurrently(self, plan: PlanIssued, ops: list) -> None:
         gate = asyncio.Semaphore(self.parallel)
 
-        async def one(op) -> None:  # type: ignore[no-untyped-def]
+        async def one(op) -> None:
             async with gate:
                 await self.apply(plan, op)
 
         await asyncio.gather(*(one(op) for op in ops))
 
-    async def apply(self, plan: PlanIssued, op) -> None:  # type: ignore[no-untyped-def]
+    async def apply(self, plan: PlanIssued, op) -> None:
         """One op of the plan (or a BindNotice), by its type (`APPLY`); an op this binder does not know is left."""
         handler = APPLY.get(type(op))
         if handler is not None:

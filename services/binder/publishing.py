@@ -30,7 +30,7 @@ class Publishing:
                          plan_id=plan.plan_id, revision=plan.revision, data=data)
         self._send(plan, topics.DECISIONS.full(self.topic_prefix), event)
 
-    def _send(self, plan: PlanIssued, topic: str, message) -> None:  # type: ignore[no-untyped-def]
+    def _send(self, plan: PlanIssued, topic: str, message) -> None:
         """Start a publish now; `_flush` awaits it with the rest of the plan's phase."""
         task = asyncio.ensure_future(self.bus.publish(topic, message, key=plan.shard))
         self._publishing.setdefault(plan.plan_id, []).append(task)

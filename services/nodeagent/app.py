@@ -359,10 +359,13 @@ def build(settings: NodeAgentSettings) -> web.Application:
             await api.close()
 
     async def watch(app: web.Application) -> None:
-        await app[AGENT].cache.run()
+        cache = app[AGENT].cache
+        assert cache is not None  # the service's agent always has its cache (tests may drive one without)
+        await cache.run()
 
     async def loop(app: web.Application) -> None:
         agent = app[AGENT]
+        assert agent.cache is not None
         await agent.cache.wait_synced()
         await agent.run(asyncio.Event())
 

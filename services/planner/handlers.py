@@ -104,8 +104,8 @@ class Planner:
             events = [e for e in events if e.type != UNSCHEDULABLE or e.subject in changes.publish]
         await asyncio.gather(self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard),
                              *(self.bus.publish(decision_topic, event, key=shard) for event in events))
-        if changes is not None:  # after the publish: a crash in between repeats a verdict, never loses one
-            await self.verdicts.update(shard, changes.store, changes.drop)
+        if changes is not None and self.verdicts is not None:  # after the publish: a crash in between repeats
+            await self.verdicts.update(shard, changes.store, changes.drop)  # a verdict, never loses one
         self.progress.mark(shard, latest.revision, latest.chain)
         self._plans.labels(shard).inc()
         for kind in (Bind, Pipeline, Evict, SetCondition):

@@ -37,7 +37,7 @@ from shoal.metrics import Metrics
 log = get_logger("services.snapshotter")
 
 
-def settled(entry: InFlightBind, pods_by_uid, now_s: float) -> bool:  # type: ignore[no-untyped-def]
+def settled(entry: InFlightBind, pods_by_uid, now_s: float) -> bool:
     """True when an in-flight decision no longer needs to count: the entry expired, the pod is gone, or it is
     bound (a bind) or deleting (an eviction)."""
     if entry.expires_at <= now_s:

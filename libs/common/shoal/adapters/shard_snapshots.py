@@ -183,7 +183,7 @@ class SnapshotWriter:
                     continue
         raise ConflictError(f"snapshot base for shard {shard!r} lost {self._max_cas_tries} races in a row")
 
-    def _queue_expiry(self, pipe, shard: str, base: int, parts: int, last: int) -> None:  # type: ignore[no-untyped-def]
+    def _queue_expiry(self, pipe, shard: str, base: int, parts: int, last: int) -> None:
         pipe.pexpire(redis_keys.snapshot_base(shard, base), self._retain_ms)
         for i in range(parts):
             pipe.pexpire(redis_keys.snapshot_base_part(shard, base, i), self._retain_ms)

@@ -21,7 +21,7 @@ from pathlib import Path
 GANG_MESSAGE = "Resources were found for 4 pods while 5 are required for gang scheduling"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from shoal.devstack.paths import default_state_dir
 
     parser = subparsers.add_parser("demo", help="start the local cluster, every service and a demo workload",
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-async def _remove(kubeconfig: str, names) -> None:  # type: ignore[no-untyped-def]
+async def _remove(kubeconfig: str, names) -> None:
     from shoal.adapters.kube import Kube, connect_kube
     from shoal.devstack import demo
     from shoal.settings import KubeSettings
@@ -102,7 +102,7 @@ async def _remove(kubeconfig: str, names) -> None:  # type: ignore[no-untyped-de
         await api.close()
 
 
-async def _prepare(kubeconfig: str, names) -> None:  # type: ignore[no-untyped-def]
+async def _prepare(kubeconfig: str, names) -> None:
     from kubernetes_asyncio import client, config
 
     from shoal.devstack.nodes import create_gpu_nodes
@@ -116,7 +116,7 @@ async def _prepare(kubeconfig: str, names) -> None:  # type: ignore[no-untyped-d
     _say(f"demo: fake GPU nodes {', '.join(made)} (2 GPUs each) in node pool {names.pool!r}")
 
 
-async def _workload_and_stream(info, prefix: str, args: argparse.Namespace, names) -> bool:  # type: ignore[no-untyped-def]
+async def _workload_and_stream(info, prefix: str, args: argparse.Namespace, names) -> bool:
     from shoal.adapters.kube import Kube, connect_kube
     from shoal.cli.events import TOPIC, stream
     from shoal.core.explanation import describe

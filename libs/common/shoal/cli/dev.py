@@ -22,7 +22,7 @@ from shoal.cli import dev_images, dev_tilt
 EXTRA_PROCESSES: list[Callable[..., object]] = []
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from shoal.devstack.paths import default_state_dir
 
     parser = subparsers.add_parser(

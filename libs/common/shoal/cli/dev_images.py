@@ -10,7 +10,7 @@ import time
 SERVICES_HELP = "comma-separated services (default: all eight)"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     images = sub.add_parser(
         "images",
         help="build the service images from docker/Dockerfile (cached; seconds when nothing changed)",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     from shoal.devstack.paths import default_state_dir
 
     tilt = sub.add_parser(

@@ -18,7 +18,7 @@ from shoal.core.explanation import describe
 TOPIC = "shoal.decisions.v1"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("events", help="print the decision stream (shoal.decisions.v1)",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing new decisions until Ctrl-C")

@@ -42,7 +42,7 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="bearer token for the api service (default $SHOAL_API_TOKEN, else the kubeconfig's)")
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("explain", help="why is a pod or pod group pending (or evicted)?",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", metavar="POD|PODGROUP", help="a pod or pod group name (or NAMESPACE/NAME)")

@@ -20,7 +20,7 @@ from typing import Any
 from shoal.cli.explain import Unreachable, add_common, api_get, fail, kubeconfig_token, with_redis
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("queues", help="fair share, allocation and limits of every queue",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shard", default="", help="only this shard (node pool)")

@@ -241,7 +241,7 @@ def kafka_ready(bootstrap: str) -> bool:
     return run_coroutine_in_thread(probe, timeout_s=10)
 
 
-def run_coroutine_in_thread(factory, timeout_s: float):  # type: ignore[no-untyped-def]
+def run_coroutine_in_thread(factory, timeout_s: float):
     """Run `factory()` to completion on a fresh event loop in a worker thread (safe inside pytest's loop)."""
     result: dict[str, object] = {}
 

@@ -26,11 +26,11 @@ from shoal.core.kai_labels import gpu_group_labels, gpu_groups_of
 from shoal.core.model import Pod, PodGroup, pod_order
 
 
-def _entry_order(entry) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+def _entry_order(entry) -> tuple[str, str, str]:
     return pod_order(entry.pod)
 
 
-def counted(entry, managed: frozenset[str], require_podgroup: bool,  # type: ignore[no-untyped-def]
+def counted(entry, managed: frozenset[str], require_podgroup: bool,
             groups: Mapping[str, PodGroup]) -> tuple[Pod | None, str | None, tuple[str, PodGroup] | None]:
     """(the pod as counted or None when left out, the PodGroup key it depends on, (pod key, generated
     PodGroup) when it names a PodGroup that does not exist and the podgrouper made one for it)."""
