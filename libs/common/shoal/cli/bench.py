@@ -143,6 +143,7 @@ def _pending(rng: random.Random, pending: int, leaves: list[str]) -> list[Job]:
         j = len(jobs)
         kind = rng.random()
         q = rng.choice(leaves)
+        fields: dict[str, Any]
         if kind < 0.3:  # gang
             size = rng.choice((2, 4, 8))
             name = f"gang-{j}"

@@ -67,7 +67,7 @@ class SimulationResult:
     last: IngestResult | None = None
 
 
-def _meta(doc: Mapping) -> dict:
+def _meta(doc: dict) -> dict:
     return doc.setdefault("metadata", {})
 
 

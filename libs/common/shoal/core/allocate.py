@@ -221,9 +221,9 @@ def _allocate_in_subgroups(ctx: Context, job: Job, tasks: list[Task]) -> bool:
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     session = ctx.session
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(tasks_to_allocate(j.root, policy)), policy)
-    for job in session.pending_jobs:
-        if _admit(ctx, job):
-            jq.push(job)
+    for pending in session.pending_jobs:
+        if _admit(ctx, pending):
+            jq.push(pending)
     while True:
         job = jq.pop()
         if job is None:

@@ -33,9 +33,9 @@ def run_evictors(ctx: Context, name: str, policy: Policy, budget: Budget, *,
                  attempt: Callable[[Job, list[Task]], bool],
                  only: Callable[[Job], bool] | None = None, grow: bool = True) -> None:
     jq = JobQueue(ctx.shares, ctx.total, lambda j: fair_request(next_tasks(j, policy)), policy)
-    for job in preemptor_candidates(ctx):
-        if only is None or only(job):
-            jq.push(job)
+    for candidate in preemptor_candidates(ctx):
+        if only is None or only(candidate):
+            jq.push(candidate)
     while not budget.exhausted:
         job = jq.pop()
         if job is None:

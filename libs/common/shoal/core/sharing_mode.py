@@ -72,7 +72,7 @@ def with_sharing_mode(config_doc: Mapping | None, mode: str) -> dict | None:
     """The SchedulerConfig document with `spec.gpuSharingMode` set to the service setting's `mode`, unless the
     document sets it itself (a shard's own config wins); None stays None when `mode` is the default."""
     spec = config_doc.get("spec") if isinstance(config_doc, Mapping) else None
-    if isinstance(spec, Mapping) and spec.get("gpuSharingMode"):
+    if isinstance(config_doc, Mapping) and isinstance(spec, Mapping) and spec.get("gpuSharingMode"):
         return dict(config_doc)
     if mode == DEFAULT_MODE:
         return dict(config_doc) if config_doc is not None else None

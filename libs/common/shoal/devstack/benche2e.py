@@ -65,7 +65,7 @@ async def run(info: Any, *, pods: int = 1000, rates: Sequence[float] = (10, 50),
                          timeout_s=timeout_s, gpus_per_node=gpus, nodes=nodes)
     records: list[dict[str, Any]] = []
     load_before = [round(x, 2) for x in os.getloadavg()]
-    position = {}
+    position: dict[Any, int] = {}
     try:
         for rep, kind, scheduler, pods_per_s in plan(schedulers, rates, repeat, bind_ceiling):
             if kind == "bind-ceiling":

@@ -89,7 +89,7 @@ def stop_services(state_dir: Path, names: Iterable[str]) -> None:
 
 
 def base_documents() -> list[dict]:
-    docs = []
+    docs: list[dict] = []
     for rel in BASE_FILES:
         docs.extend(d for d in yaml.safe_load_all((BASE / rel).read_text()) if d)
     return docs
