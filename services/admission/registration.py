@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from shoal.adapters import kube as k
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.errors import ConflictError, NotFoundError
 
 MUTATING = k.Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                       "MutatingWebhookConfiguration", namespaced=False)
 VALIDATING = k.Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                         "ValidatingWebhookConfiguration", namespaced=False)
-SYSTEM_NAMESPACES = ["kube-system", "kube-node-lease", "shoal-system", "kai-resource-reservation"]
+SYSTEM_NAMESPACES = ["kube-system", "kube-node-lease", "shoal-system", DEFAULT_RESERVATION_NAMESPACE]
 SELF_REGISTERED = "shoal.io/self-registered"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 SEMI_PREEMPTIBLE_CONDITION = ("has(oldObject.spec.preemptibility) && "

@@ -30,6 +30,7 @@ from shoal.adapters.dedup import SeenIds
 from shoal.adapters.inflight import InFlight, live
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.core.fields import text, value_at
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.core.plan import (
     Annotate,
     Bind,
@@ -76,7 +77,7 @@ class Binder(Publishing, SharedGpus, Evictions):
     bus: Publisher
     metrics: Metrics
     topic_prefix: str = ""
-    reservation_namespace: str = "kai-resource-reservation"
+    reservation_namespace: str = DEFAULT_RESERVATION_NAMESPACE
     reservation_timeout_s: float = 40.0
     reservation_image: str = ko.RESERVATION_IMAGE
     eviction_mode: str = "evict"  # evict (Eviction API, PDBs respected) | delete (KAI's behaviour)

@@ -39,6 +39,7 @@ from services.nodeagent.telemetry import GpuStat, MigStat, PodGpuStat
 from services.nodeagent.timeslice import compute_plan, mps_env
 from services.nodeagent.translate import NodeView, PodView
 from shoal.core.kai_labels import GPU_GROUP_LABEL
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.core.sharing_mode import NON_MEMORY_ENFORCED
 
 MPS_NODE_LABEL = "nvidia.com/gpu.sharing-strategy"
@@ -46,7 +47,7 @@ MPS_NODE_LABEL = "nvidia.com/gpu.sharing-strategy"
 
 @dataclass(frozen=True)
 class AgentConfig:
-    reservation_namespace: str = "kai-resource-reservation"
+    reservation_namespace: str = DEFAULT_RESERVATION_NAMESPACE
     may_choose_devices: bool = False  # fake backend: no device plugin, the agent assigns devices
     annotate_devices: bool = True  # fake backend without an on-disk device record: whole-GPU pods get the annotation
     time_slicing: str = "none"  # none | strict | fair

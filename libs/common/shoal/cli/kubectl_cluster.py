@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shoal.core.kai_labels import FRACTION, NODE_POOL_LABEL, QUEUE_LABELS
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 
 GPU = "nvidia.com/gpu"
-RESERVATION_NAMESPACE = "kai-resource-reservation"
+RESERVATION_NAMESPACE = DEFAULT_RESERVATION_NAMESPACE  # the binder's and node agent's default
 SHOAL_COMPONENT = "shoal-scheduler"  # the binder's events (source / reportingComponent)
 NO_SHARD = "-"  # Queue status carries no shard: the binder writes the latest plan's figures
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from shoal.adapters import kube as k
 from shoal.core.fields import value_at
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.devstack import bench_contenders as contenders
 from shoal.devstack.bench_pods import (
     BENCH_LABEL,
@@ -39,7 +40,7 @@ from shoal.devstack.bench_watcher import BoundLog, watcher_spec
 from shoal.devstack.procs import launch, stop_process, wait_ready
 from shoal.errors import NotFoundError, TransientError
 
-RESERVATION_NAMESPACE = "kai-resource-reservation"
+RESERVATION_NAMESPACE = DEFAULT_RESERVATION_NAMESPACE  # the binder's and node agent's default
 CREATE_PARALLEL = 32
 BIND_PARALLEL = 64
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from shoal.adapters import kube as k
 from shoal.core.fields import value_at
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.devstack import soak_sample as sample
 from shoal.devstack.bench_contenders import ISOLATED_LABEL
 from shoal.devstack.bench_pods import BENCH_LABEL
@@ -37,7 +38,7 @@ from shoal.devstack.soak_report import judge, table
 from shoal.devstack.soak_watch import PodTracker
 from shoal.errors import ConflictError, NotFoundError, TransientError
 
-RESERVATION_NAMESPACE = "kai-resource-reservation"
+RESERVATION_NAMESPACE = DEFAULT_RESERVATION_NAMESPACE  # the binder's and node agent's default
 GRACE0 = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
 __all__ = ["FAULTS", "Options", "run", "table"]
 
