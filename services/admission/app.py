@@ -69,7 +69,8 @@ def build(settings: AdmissionSettings) -> web.Application:
                 mutating, validating = registration.configurations(
                     name, f"https://{hook.url_host}:{port}", files.ca_bundle(),
                     timeout_s=hook.timeout_s, scheduler_names=settings.scheduler_names,
-                    namespace_selector=hook.namespace_selector, queue_selector=hook.queue_selector)
+                    namespace_selector=hook.namespace_selector, queue_selector=hook.queue_selector,
+                    reservation_namespace=settings.reservation_namespace)
                 await registration.register(kube, mutating, validating)
                 registered = True
                 log.info("webhooks_registered", name=name, port=port)

@@ -22,7 +22,7 @@ MUTATING = k.Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconf
                       "MutatingWebhookConfiguration", namespaced=False)
 VALIDATING = k.Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                         "ValidatingWebhookConfiguration", namespaced=False)
-SYSTEM_NAMESPACES = ["kube-system", "kube-node-lease", "shoal-system", DEFAULT_RESERVATION_NAMESPACE]
+SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease", "shoal-system")  # and the reservation namespace
 SELF_REGISTERED = "shoal.io/self-registered"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 SEMI_PREEMPTIBLE_CONDITION = ("has(oldObject.spec.preemptibility) && "
@@ -45,12 +45,17 @@ def match_labels(selector: str) -> dict[str, str]:
     return out
 
 
-def _pod_hook(name: str, url: str, ca: str, policy: str, timeout_s: int, scheduler_names: tuple[str, ...],
-              namespace_selector: str) -> dict:
+def _namespaces(namespace_selector: str, reservation_namespace: str) -> dict:
+    """Every namespace but the system ones and the reservation pods', narrowed by `namespace_selector`."""
     selector: dict = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                            "values": SYSTEM_NAMESPACES}]}
+                                            "values": [*SYSTEM_NAMESPACES, reservation_namespace]}]}
     if namespace_selector:
         selector["matchLabels"] = match_labels(namespace_selector)
+    return selector
+
+
+def _pod_hook(name: str, url: str, ca: str, policy: str, timeout_s: int, scheduler_names: tuple[str, ...],
+              selector: dict) -> dict:
     names = ", ".join(f"'{n}'" for n in scheduler_names)
     return {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": policy,
             "timeoutSeconds": timeout_s, "clientConfig": {"url": url, "caBundle": ca},
@@ -62,13 +67,9 @@ def _pod_hook(name: str, url: str, ca: str, policy: str, timeout_s: int, schedul
                                                f"object.spec.schedulerName in [{names}]"}]}
 
 
-def _podgroup_hook(url: str, ca: str, timeout_s: int, namespace_selector: str) -> dict:
+def _podgroup_hook(url: str, ca: str, timeout_s: int, selector: dict) -> dict:
     """UPDATEs of semi-preemptible PodGroups only (matchConditions), so no other PodGroup write depends on
     the webhook being up."""
-    selector: dict = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                            "values": SYSTEM_NAMESPACES}]}
-    if namespace_selector:
-        selector["matchLabels"] = match_labels(namespace_selector)
     return {"name": "podgroups.validate.shoal.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
             "failurePolicy": "Fail", "timeoutSeconds": timeout_s, "clientConfig": {"url": url, "caBundle": ca},
             "rules": [{"apiGroups": ["scheduling.run.ai"], "apiVersions": ["v2alpha2"], "operations": ["UPDATE"],
@@ -79,15 +80,17 @@ def _podgroup_hook(url: str, ca: str, timeout_s: int, namespace_selector: str) -
 
 def configurations(name: str, base_url: str, ca_pem: bytes, *, timeout_s: int = 5,
                    scheduler_names: tuple[str, ...] = ("shoal-scheduler",), namespace_selector: str = "",
-                   queue_selector: str = "") -> tuple[dict, dict]:
+                   queue_selector: str = "",
+                   reservation_namespace: str = DEFAULT_RESERVATION_NAMESPACE) -> tuple[dict, dict]:
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) manifests."""
     ca = base64.b64encode(ca_pem).decode()
+    namespaces = _namespaces(namespace_selector, reservation_namespace)
     meta = {"name": name, "labels": {"app.kubernetes.io/part-of": "shoal",
                                      "app.kubernetes.io/component": "admission", SELF_REGISTERED: "true"}}
     mutating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
                 "metadata": dict(meta),
                 "webhooks": [{**_pod_hook("pods.mutate.shoal.io", f"{base_url}/mutate-pods", ca, "Ignore",
-                                          timeout_s, scheduler_names, namespace_selector),
+                                          timeout_s, scheduler_names, namespaces),
                               "reinvocationPolicy": "Never"}]}
     queue_hook: dict = {
         "name": "queues.validate.shoal.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
@@ -97,11 +100,11 @@ def configurations(name: str, base_url: str, ca_pem: bytes, *, timeout_s: int = 
                    "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["queues"], "scope": "Cluster"}]}
     if queue_selector:
         queue_hook["objectSelector"] = {"matchLabels": match_labels(queue_selector)}
-    podgroup_hook = _podgroup_hook(f"{base_url}/validate-podgroups", ca, timeout_s, namespace_selector)
+    podgroup_hook = _podgroup_hook(f"{base_url}/validate-podgroups", ca, timeout_s, namespaces)
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                   "metadata": dict(meta),
                   "webhooks": [_pod_hook("pods.validate.shoal.io", f"{base_url}/validate-pods", ca, "Fail",
-                                         timeout_s, scheduler_names, namespace_selector), queue_hook,
+                                         timeout_s, scheduler_names, namespaces), queue_hook,
                                podgroup_hook]}
     return mutating, validating
 

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.settings import GpuSharingServiceSettings, PositiveInt, doc
 
 
 class BinderSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
-    reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (shared with the node agent)")] = (
-        DEFAULT_RESERVATION_NAMESPACE)
     reservation_image: Annotated[str, doc("image of the GPU reservation pods (KAI: --resource-reservation-pod-image)")] = (
         "registry.k8s.io/pause:3.10")
     reservation_timeout_s: Annotated[float, doc("how long a reservation pod may take to get its GPU")] = 40.0

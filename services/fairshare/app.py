@@ -8,6 +8,7 @@ from services.fairshare.config import FairShareSettings
 from services.fairshare.handlers import FairShare
 from shoal.adapters import redis_keys
 from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.planning import shard_inputs
 from shoal.adapters.shard_snapshots import SnapshotReader
 from shoal.adapters.usage_history import UsageHistory, usage_source
 from shoal.adapters.wiring import Handler, Ports, consumer_app
@@ -19,14 +20,15 @@ from shoal.messages.snapshot import SnapshotPublished
 def build(settings: FairShareSettings) -> web.Application:
     def fairshare(ports: Ports) -> Handler:
         redis = ports.redis
+        history = UsageHistory(redis, refresh_s=settings.usage.refresh_s) if settings.usage.enabled else None
+        # usage is read where the planner reads it; from the Redis history, through the recorder's own reader
+        source = history if settings.usage.source == "redis" else usage_source(redis, settings.usage)
         return FairShare(snapshots=SnapshotReader(redis),
                          results=LatestValue(redis, redis_keys.fair_share, FairShareComputed),
                          bus=ports.bus, metrics=ports.metrics, topic_prefix=settings.topic_prefix,
-                         history=UsageHistory(redis, refresh_s=settings.usage.refresh_s)
-                         if settings.usage.enabled else None,
-                         usage_params=settings.usage.params(), min_interval_s=settings.min_interval_s,
-                         usage_source=usage_source(redis, settings.usage)
-                         if settings.usage.source != "redis" else None).on_snapshot
+                         history=history, usage_params=settings.usage.params(),
+                         min_interval_s=settings.min_interval_s,
+                         inputs=shard_inputs(settings, source)).on_snapshot
 
     return consumer_app("fairshare", settings, topics.SNAPSHOTS, SnapshotPublished, fairshare,
                         group_id=settings.group_id)

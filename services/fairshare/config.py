@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from shoal.adapters.usage_history import UsageSettings
-from shoal.settings import ServiceSettings, doc
+from shoal.adapters.planning import PlanningSettings
+from shoal.settings import doc
 
 
-class FairShareSettings(ServiceSettings, frozen=True, kw_only=True):
+class FairShareSettings(PlanningSettings, frozen=True, kw_only=True):
+    """The planner's inputs (PlanningSettings: SchedulerConfig, sharing modes, reservation namespace, usage) and
+    the service's own."""
+
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-fairshare"
     min_interval_s: Annotated[float, doc("a shard's figures are published at most this often")] = 1.0
-    usage: UsageSettings = UsageSettings()

@@ -15,18 +15,19 @@ from dataclasses import dataclass, field
 
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.planning import ShardInputs
 from shoal.adapters.shard_snapshots import Progress, SnapshotReader
-from shoal.adapters.usage_history import UsageHistory, UsageSource
+from shoal.adapters.usage_history import UsageHistory
 from shoal.core.cycle import fair_share_figures
 from shoal.core.ingest.shard_model import assemble
 from shoal.core.kept_pass import KeptPass
+from shoal.core.usage import UsageParams, epoch_seconds, sample_of
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
 from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
-from shoal.usage import UsageParams, epoch_seconds, sample_of, with_usage
 
 log = get_logger("services.fairshare")
 
@@ -42,7 +43,7 @@ class FairShare:
     topic_prefix: str = ""
     history: UsageHistory | None = None  # where samples are recorded; None: no time-based fair share
     usage_params: UsageParams = UsageParams()
-    usage_source: UsageSource | None = None  # where usage is read (Prometheus); None: `history`
+    inputs: ShardInputs = ShardInputs()  # the planner's: SchedulerConfig, sharing modes, namespace, usage source
     min_interval_s: float = 1.0  # at most one computation per shard this often (cycles come every few ms)
     progress: Progress = field(default_factory=Progress)  # the revision computed last, per shard
     last_at: dict[str, float] = field(default_factory=dict)
@@ -78,10 +79,10 @@ class FairShare:
         if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
             return
         at_s = epoch_seconds(latest.taken_at)
-        source = self.usage_source or self.history
-        usage = await source.usage(shard, now_s=at_s) if source is not None else {}
+        usage = await self.inputs.usage_at(shard, latest.taken_at)
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
-                          config_doc=with_usage(None, usage), require_podgroup=latest.require_podgroup)
+                          config_doc=self.inputs.config_doc, given=self.inputs.given(shard, usage),
+                          require_podgroup=latest.require_podgroup)
         figures, total = fair_share_figures(result.snapshot, self.kept.setdefault(shard, KeptPass()))
         capacity = {"gpu": total.gpu_milli, "cpu": total.cpu_milli, "memory": total.memory_bytes}
         if self.history is not None:

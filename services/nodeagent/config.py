@@ -7,7 +7,6 @@ from typing import Annotated, ClassVar, Literal
 from msgspec import Meta
 
 from services.nodeagent.memory_policy import POLICIES, PolicyConfig
-from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.settings import GpuSharingServiceSettings, PositiveFloat, PositiveInt, doc
 
 NonNegativeInt = Annotated[int, Meta(ge=0)]
@@ -24,8 +23,6 @@ class NodeAgentSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     fake_device_dir: Annotated[str, doc("fake backend: a directory on the node where the agent keeps which GPUs "
                                         "each whole-GPU pod holds (one file per node, like the kubelet's device "
                                         "checkpoint); unset: written to the pod as shoal.io/gpu-devices")] = ""
-    reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (shared with the binder)")] = (
-        DEFAULT_RESERVATION_NAMESPACE)
     memory_policy: Annotated[Literal["off", "report", "enforce"], doc("for pools not in the list below")] = "report"
     pool_memory_policies: Annotated[tuple[str, ...], doc("per pool: pool-a=enforce,pool-b=off")] = ()
     node_pool_label: Annotated[str, doc("node label naming a node's pool")] = "kai.scheduler/node-pool"

@@ -5,10 +5,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from services.planner.config import PlannerSettings
-from services.planner.handlers import Planner, load_config_doc
+from services.planner.handlers import Planner
 from shoal.adapters import redis_keys
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.planning import shard_inputs
 from shoal.adapters.shard_snapshots import SnapshotReader
 from shoal.adapters.usage_history import usage_source
 from shoal.adapters.verdicts import PublishedVerdicts
@@ -28,8 +29,7 @@ def build(settings: PlannerSettings) -> web.Application:
             inflight=InFlight(redis), bus=ports.bus, metrics=ports.metrics, topic_prefix=settings.topic_prefix,
             inflight_ttl_s=settings.inflight_ttl_s,
             fairshare_stale_revisions=settings.fairshare_stale_revisions,
-            config_doc=load_config_doc(settings.scheduler_config), history=usage_source(redis, settings.usage),
-            sharing_mode_of=settings.mode_for,
+            inputs=shard_inputs(settings, usage_source(redis, settings.usage)),
             verdicts=PublishedVerdicts(redis), verdict_reassert_s=settings.verdict_reassert_s).on_snapshot
 
     return consumer_app("planner", settings, topics.SNAPSHOTS, SnapshotPublished, planner, group_id=settings.group_id)

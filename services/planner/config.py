@@ -10,17 +10,15 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from shoal.adapters.usage_history import UsageSettings
-from shoal.settings import GpuSharingServiceSettings, doc
+from shoal.adapters.planning import PlanningSettings
+from shoal.settings import doc
 
 
-class PlannerSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
+class PlannerSettings(PlanningSettings, frozen=True, kw_only=True):
     shards: Annotated[tuple[str, ...], doc("shards planned here (empty: every shard of the partitions given)")] = ()
     inflight_ttl_s: Annotated[float, doc("how long a planned bind holds its resources for the binder")] = 60.0
     fairshare_stale_revisions: Annotated[int, doc("warn when fair-share figures lag more revisions than this")] = 5
-    scheduler_config: Annotated[str | None, doc("path of a SchedulerConfig YAML document")] = None
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-planner"
     verdict_reassert_s: Annotated[Annotated[float, Meta(ge=0)], doc(
         "a pending PodGroup's unchanged verdict is published on the decision stream again after this many "
         "seconds (0: only when it changes)")] = 600.0
-    usage: UsageSettings = UsageSettings()  # time-based fair share source (SHOAL_USAGE_*)

@@ -11,31 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import yaml
 
 from services.planner.translate import decisions, inflight_binds, inflight_entries, inflight_evictions
 from services.planner.verdicts import SnapshotGroups, verdict_changes
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
+from shoal.adapters.planning import ShardInputs
 from shoal.adapters.shard_snapshots import Progress, SnapshotReader
-from shoal.adapters.usage_history import UsageSource
 from shoal.adapters.verdicts import PublishedVerdicts
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest.shard_model import assemble
 from shoal.core.kept_pass import KeptPass
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
-from shoal.core.sharing_mode import DEFAULT_MODE, with_sharing_mode
 from shoal.logging import get_logger
 from shoal.messages import topics
 from shoal.messages.base import new_meta
 from shoal.messages.plan import FairShareComputed, PlanIssued
 from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
-from shoal.usage import epoch_seconds, with_usage
 
 log = get_logger("services.planner")
 UNSCHEDULABLE = "io.shoal.decision.unschedulable"
@@ -52,9 +47,7 @@ class Planner:
     topic_prefix: str = ""
     inflight_ttl_s: float = 60.0
     fairshare_stale_revisions: int = 5
-    config_doc: dict | None = None
-    sharing_mode_of: Callable[[str], str] = lambda shard: DEFAULT_MODE  # SHOAL_[POOL_]GPU_SHARING_MODE(S)
-    history: UsageSource | None = None  # the allocation history: time-based fair share (SPEC §2.7)
+    inputs: ShardInputs = ShardInputs()  # SchedulerConfig, sharing modes, reservation namespace, usage history
     verdicts: PublishedVerdicts | None = None  # pending verdicts published last (None: every cycle's, as before)
     verdict_reassert_s: float = 600.0  # an unchanged verdict is published again after this long (0: never)
     progress: Progress = field(default_factory=Progress)  # the revision planned last, per shard
@@ -80,11 +73,12 @@ class Planner:
         latest = await self.snapshots.read(shard)
         if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
             return
-        usage = await self.history.usage(shard, now_s=epoch_seconds(latest.taken_at)) if self.history else {}
+        usage = await self.inputs.usage_at(shard, latest.taken_at)
         now_s = time.time()
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
-                          config_doc=with_sharing_mode(with_usage(self.config_doc, usage), self.sharing_mode_of(shard)), inflight=inflight_binds(inflight, now_s),
-                          evicting=inflight_evictions(inflight, now_s), require_podgroup=latest.require_podgroup)
+                          config_doc=self.inputs.config_doc, given=self.inputs.given(shard, usage),
+                          inflight=inflight_binds(inflight, now_s), evicting=inflight_evictions(inflight, now_s),
+                          require_podgroup=latest.require_podgroup)
         for problem in result.problems:
             self._problems.labels(shard).inc()
             log.warning("scheduler_config_problem", shard=shard, field=problem.field, problem=problem.message)
@@ -127,11 +121,3 @@ class Planner:
             log.warning("fairshare_stale", shard=shard, revision=revision,
                         fairshare_revision=current.revision if current else None, lag=lag)
 
-
-def load_config_doc(path: str | None) -> dict | None:
-    """The SchedulerConfig document (apiVersion shoal.io/v1alpha1) for the planner's shard, if given."""
-    if not path:
-        return None
-    with open(path, encoding="utf-8") as handle:
-        doc = yaml.safe_load(handle)
-    return doc if isinstance(doc, dict) else None

@@ -15,9 +15,9 @@ from shoal.adapters.kube import PODS, QUEUES
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.redis_client import connect_redis
 from shoal.adapters.usage_history import UsageHistory
+from shoal.core.usage import Amounts, Sample, UsageParams
 from shoal.messages.plan import FairShareComputed
 from shoal.settings import RedisSettings
-from shoal.usage import Amounts, Sample, UsageParams
 
 PARAMS = UsageParams()  # the services' defaults (SHOAL_USAGE_* unset)
 

@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 from shoal.adapters import redis_keys
 from shoal.adapters.redis_client import connect_redis
 from shoal.adapters.usage_history import UsageHistory
+from shoal.core.usage import Amounts, Sample, UsageParams, bucket_from_fields, normalised_usage, record
 from shoal.settings import RedisSettings
-from shoal.usage import Amounts, Sample, UsageParams, bucket_from_fields, normalised_usage, record
 
 P = UsageParams(bucket_s=60, window_s=600)
 

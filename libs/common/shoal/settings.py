@@ -31,6 +31,7 @@ from typing import Annotated, Any, ClassVar, Literal, NoReturn, TypeVar
 import msgspec
 from msgspec import Meta
 
+from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.core.sharing_mode import parse_pool_modes
 from shoal.errors import ConfigError
 
@@ -158,8 +159,12 @@ GPU_SHARING_MODES = ("NonMemoryEnforced", "HamiCore", "NvFractions", "Disabled")
 
 
 class GpuSharingServiceSettings(ServiceSettings, frozen=True, kw_only=True):
-    """A service that honours KAI's gpuSharingMode (admission, planner, binder, node agent): one name for all."""
+    """A service that honours KAI's gpuSharingMode (admission, planner, fairshare, binder, node agent): one name
+    for all, and one for the reservation pods' namespace (SPEC §2.8: the binder creates them there, the node
+    agent reads them, the planner counts them, admission leaves them alone)."""
 
+    reservation_namespace: Annotated[str, doc("namespace of GPU reservation pods (one setting for every service)")] = (
+        DEFAULT_RESERVATION_NAMESPACE)
     gpu_sharing_mode: Annotated[Literal["NonMemoryEnforced", "HamiCore", "NvFractions", "Disabled"],
                                 doc("KAI's gpuSharingMode for pools not listed below")] = "NonMemoryEnforced"
     pool_gpu_sharing_modes: Annotated[tuple[str, ...], doc("per node pool: pool-a=NvFractions,pool-b=Disabled")] = ()

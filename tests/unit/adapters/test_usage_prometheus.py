@@ -14,9 +14,9 @@ from aiohttp import web
 from shoal.adapters.http import serve
 from shoal.adapters.prometheus_usage import PrometheusUsage
 from shoal.adapters.usage_history import UsageHistory, UsageSettings, usage_source
+from shoal.core.usage import UsageParams
 from shoal.errors import PermanentError
 from shoal.settings import load_settings
-from shoal.usage import UsageParams
 
 P = UsageParams(bucket_s=60, window_s=600)
 NOW = 6000.0

@@ -1,19 +1,21 @@
-"""The maths of time-based fair share from Shoal's own allocation history (shoal.usage)."""
+"""The maths of time-based fair share from Shoal's own allocation history (shoal.core.usage)."""
 
 from __future__ import annotations
 
 import pytest
 
 from shoal.core.ingest import snapshot_from_objects
-from shoal.usage import (
+from shoal.core.ingest.config import Given, config_from
+from shoal.core.model import QueueUsage
+from shoal.core.usage import (
     Amounts,
     Bucket,
     Sample,
     UsageParams,
     bucket_from_fields,
     normalised_usage,
+    queue_usage,
     record,
-    with_usage,
 )
 
 P = UsageParams(bucket_s=60, window_s=600)
@@ -98,14 +100,15 @@ def test_params_are_checked():
 
 
 def test_usage_goes_into_the_scheduler_config_and_the_operator_override_wins():
-    usage = {"a": {"gpu": 0.5, "cpu": 0.0, "memory": 0.0}, "idle": {"gpu": 0.0, "cpu": 0.0, "memory": 0.0}}
-    assert with_usage(None, {}) is None
-    doc = with_usage(None, usage)
-    assert doc["spec"]["usage"] == {"a": {"gpu": 0.5, "cpu": 0.0, "memory": 0.0}}
-    given = {"apiVersion": "shoal.io/v1alpha1", "spec": {"kValue": 2, "usage": {"a": {"gpu": 0.1}}}}
-    merged = with_usage(given, usage)
-    assert merged["spec"]["usage"]["a"] == {"gpu": 0.1} and merged["spec"]["kValue"] == 2
-    assert given["spec"]["usage"] == {"a": {"gpu": 0.1}}  # the original is not modified
+    usage = {"a": {"gpu": 0.5, "cpu": 0.0, "memory": 0.0}, "idle": {"gpu": 0.0, "cpu": 0.0, "memory": 0.0},
+             "b": {"gpu": 1.5, "cpu": 0.1234567}}
+    assert queue_usage({}) == ()
+    assert queue_usage(usage) == (QueueUsage(queue="a", gpu=0.5), QueueUsage(queue="b", gpu=1.0, cpu=0.123457))
+    assert config_from(None, Given(usage=queue_usage(usage)))[0].usage == queue_usage(usage)
+    doc = {"apiVersion": "shoal.io/v1alpha1", "spec": {"kValue": 2, "usage": {"a": {"gpu": 0.1}}}}
+    shard, _ = config_from(doc, Given(usage=queue_usage(usage)))
+    assert shard.usage == (QueueUsage(queue="a", gpu=0.1), QueueUsage(queue="b", gpu=1.0, cpu=0.123457))
+    assert shard.k_value == 2 and doc["spec"]["usage"] == {"a": {"gpu": 0.1}}  # the document is not modified
 
 
 def _s38_objects() -> list[dict]:
@@ -128,11 +131,11 @@ def test_recorded_usage_changes_the_fair_share_as_in_s38():
     from shoal.core.cycle import queue_figures
     from shoal.core.session import Session
 
-    def shares(doc):
-        result = snapshot_from_objects(_s38_objects(), now=0, revision=1, config_doc=doc)
+    def shares(given):
+        result = snapshot_from_objects(_s38_objects(), now=0, revision=1, given=given)
         return {q.name: q.gpu.fair_share // 1000 for q in queue_figures(Context(Session(result.snapshot)))}
 
     history = [bucket(0, 16_000, a=8_000)]  # A used half the shard's GPUs over the window, B nothing
     usage = normalised_usage(history, P, now_s=60)
-    assert shares(with_usage(None, usage)) == {"a": 5, "b": 11}
-    assert shares(None) == {"a": 8, "b": 8}
+    assert shares(Given(usage=queue_usage(usage))) == {"a": 5, "b": 11}
+    assert shares(Given()) == {"a": 8, "b": 8}

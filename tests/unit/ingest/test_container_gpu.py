@@ -103,11 +103,12 @@ def test_scheduler_config_gpu_sharing_mode():
 
 
 def test_service_mode_fills_the_planner_config_unless_it_sets_one():
-    from shoal.core.sharing_mode import with_sharing_mode
+    from shoal.core.ingest.config import Given, config_from
 
-    assert with_sharing_mode(None, "NonMemoryEnforced") is None
-    assert with_sharing_mode(None, "Disabled")["spec"] == {"gpuSharingMode": "Disabled"}
+    assert config_from(None, Given(sharing_mode="NonMemoryEnforced"))[0].gpu_sharing_mode == "NonMemoryEnforced"
+    assert config_from(None, Given(sharing_mode="Disabled"))[0].gpu_sharing_mode == "Disabled"
     doc = {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig", "spec": {"kValue": 2}}
-    assert with_sharing_mode(doc, "HamiCore")["spec"] == {"kValue": 2, "gpuSharingMode": "HamiCore"}
+    shard, _ = config_from(doc, Given(sharing_mode="HamiCore"))
+    assert (shard.gpu_sharing_mode, shard.k_value) == ("HamiCore", 2)
     own = {"spec": {"gpuSharingMode": "NvFractions"}}
-    assert with_sharing_mode(own, "Disabled") == own
+    assert config_from(own, Given(sharing_mode="Disabled"))[0].gpu_sharing_mode == "NvFractions"

@@ -6,7 +6,7 @@
 
 Per resource it asks `/api/v1/query_range` over the window (`step` = the bucket size) for the allocation per
 queue and for the capacity, turns each point into `value · step` in its time bucket, and hands the buckets to
-the same pure maths as the Redis history (`shoal.usage.normalised_usage`: window type, half-life). That is
+the same pure maths as the Redis history (`shoal.core.usage.normalised_usage`: window type, half-life). That is
 KAI's `sum_over_time(allocation) / sum_over_time(capacity)`, with the half-life weights applied client-side.
 
 The queries are templates with `$shard` and `$resource` (gpu, cpu, memory); the allocation query must return one
@@ -22,9 +22,17 @@ from string import Template
 
 import aiohttp
 
+from shoal.core.usage import (
+    RESOURCES,
+    Amounts,
+    Bucket,
+    UsageParams,
+    bucket_start,
+    normalised_usage,
+    window_start,
+)
 from shoal.errors import PermanentError, TransientError
 from shoal.retry import RetryPolicy, retry_transient
-from shoal.usage import RESOURCES, Amounts, Bucket, UsageParams, bucket_start, normalised_usage, window_start
 
 ALLOCATION_QUERY = 'sum by (queue) (shoal_queue_allocated{shard="$shard",resource="$resource"})'
 CAPACITY_QUERY = 'sum(shoal_shard_capacity{shard="$shard",resource="$resource"})'

@@ -13,7 +13,7 @@ Layout (keys in shoal.adapters.redis_keys): `usage-meta:<shard>` {params, last},
 set of bucket starts) and one hash per bucket `usage-bucket:<shard>:<start>` of amount·seconds integrals. One
 Lua script adds a sample atomically: the seconds it covers are measured from the stored `last` sample time, so a
 repeated or reordered snapshot (Kafka redelivery, two owners during a rebalance) adds nothing. Buckets expire
-after the window and the index is trimmed, so the history stays bounded. The maths is in `shoal.usage`.
+after the window and the index is trimmed, so the history stays bounded. The maths is in `shoal.core.usage`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
 from shoal.adapters.redis_client import redis_call
-from shoal.settings import PositiveFloat, PositiveInt, Section, doc
-from shoal.usage import (
+from shoal.core.usage import (
     Bucket,
     Sample,
     UsageParams,
@@ -38,6 +37,7 @@ from shoal.usage import (
     rates,
     trim_before,
 )
+from shoal.settings import PositiveFloat, PositiveInt, Section, doc
 
 _RECORD = """
 local at = tonumber(ARGV[1])

@@ -66,16 +66,3 @@ def request_error(pod: Pod, mode: str) -> str | None:
     if mode == DISABLED and pod.fraction is not None:
         return disabled_message(pod.key)
     return None
-
-
-def with_sharing_mode(config_doc: Mapping | None, mode: str) -> dict | None:
-    """The SchedulerConfig document with `spec.gpuSharingMode` set to the service setting's `mode`, unless the
-    document sets it itself (a shard's own config wins); None stays None when `mode` is the default."""
-    spec = config_doc.get("spec") if isinstance(config_doc, Mapping) else None
-    if isinstance(config_doc, Mapping) and isinstance(spec, Mapping) and spec.get("gpuSharingMode"):
-        return dict(config_doc)
-    if mode == DEFAULT_MODE:
-        return dict(config_doc) if config_doc is not None else None
-    doc = dict(config_doc or {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig"})
-    doc["spec"] = {**(spec if isinstance(spec, Mapping) else {}), "gpuSharingMode": mode}
-    return doc

@@ -145,6 +145,15 @@ def test_registration_scopes_and_policies():
     assert queues["objectSelector"] == {"matchLabels": {"t": "1"}}
     assert base64.b64decode(pods["clientConfig"]["caBundle"]) == b"CA"
     assert match_labels("a=b, c = d,junk") == {"a": "b", "c": "d"}
+    skipped = hook["namespaceSelector"]["matchExpressions"][0]
+    assert skipped["operator"] == "NotIn" and "kai-resource-reservation" in skipped["values"]
+
+
+def test_registration_leaves_the_configured_reservation_namespace_alone():
+    mutating, validating = configurations("n", "https://127.0.0.1:9443", b"CA", reservation_namespace="gpu-reserve")
+    for hook in (mutating["webhooks"][0], validating["webhooks"][0], validating["webhooks"][2]):
+        values = hook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert "gpu-reserve" in values and "kai-resource-reservation" not in values
 
 
 def test_instance_name_per_topic_prefix():

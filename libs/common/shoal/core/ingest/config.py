@@ -28,6 +28,14 @@ Schema (every field optional):
 
 Following SchedulingShard, `consolidation` is dropped from the enabled actions when either
 placement strategy is `spread`.
+
+The services add what is theirs to set as a typed `Given` (never by editing the document): the usage history
+(a queue the document's `spec.usage` lists wins: an operator's override), the shard pool's gpuSharingMode from
+SHOAL_[POOL_]GPU_SHARING_MODE(S) (the document's `spec.gpuSharingMode` wins) and SHOAL_RESERVATION_NAMESPACE,
+the one setting the binder and the node agent read too: a document naming another reservation namespace is
+refused, so the planner cannot look for reservation pods where the binder does not put them.
+
+    shard, settings = config_from(doc, Given(usage=queue_usage(history), reservation_namespace="gpu-reserve"))
 """
 
 from __future__ import annotations
@@ -50,6 +58,18 @@ KNOWN_FIELDS = {
     "queueDepthPerAction", "stuckInReleasingThreshold", "schedulerNames", "partitionLabelValue",
     "schedulePeriod", "reclaimerSaturationMultiplier", "gpuSharingMode", "bindBackoff",
 }
+
+
+@dataclass(frozen=True)
+class Given:
+    """What a service hands the config besides the document (see the module's docstring)."""
+
+    usage: tuple[QueueUsage, ...] = ()  # the allocation history's figures (`shoal.core.usage.queue_usage`)
+    sharing_mode: str | None = None  # the service setting for the shard's pool (None: the document's or default)
+    reservation_namespace: str | None = None  # SHOAL_RESERVATION_NAMESPACE (None: the document's or default)
+
+
+NOTHING_GIVEN = Given()
 
 
 @dataclass(frozen=True)
@@ -106,9 +126,26 @@ def _usage(value: object) -> tuple[QueueUsage, ...]:
     return tuple(out)
 
 
-def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
+def _reservation_namespace(spec: Mapping, given: Given) -> str:
+    named = str(spec.get("reservationNamespace") or "")
+    if given.reservation_namespace is None:
+        return named or DEFAULT_RESERVATION_NAMESPACE
+    if named and named != given.reservation_namespace:
+        raise IngestError("spec.reservationNamespace", f"{named!r} differs from SHOAL_RESERVATION_NAMESPACE "
+                          f"({given.reservation_namespace!r}), which the binder and node agent use: remove it")
+    return given.reservation_namespace
+
+
+def _with_given_usage(own: tuple[QueueUsage, ...], given: Given) -> tuple[QueueUsage, ...]:
+    if not given.usage:
+        return own
+    merged = {u.queue: u for u in given.usage} | {u.queue: u for u in own}
+    return tuple(merged[q] for q in sorted(merged))
+
+
+def config_from(doc: Mapping | None, given: Given = NOTHING_GIVEN) -> tuple[ShardConfig, IngestSettings]:
     if doc is None:
-        return ShardConfig(), IngestSettings()
+        doc = {}
     if doc.get("apiVersion") not in (None, API_VERSION):
         raise IngestError("apiVersion", f"must be {API_VERSION}")
     spec = as_map(doc.get("spec"), "spec")
@@ -132,7 +169,7 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
     k_value = max(_number(spec["kValue"], "spec.kValue"), 0.0) if spec.get("kValue") is not None else 1.0
     depth = {str(k): _positive_int(v, f"spec.queueDepthPerAction.{k}")
              for k, v in as_map(spec.get("queueDepthPerAction"), "spec.queueDepthPerAction").items()}
-    sharing_mode = str(spec.get("gpuSharingMode") or DEFAULT_MODE)
+    sharing_mode = str(spec.get("gpuSharingMode") or given.sharing_mode or DEFAULT_MODE)
     problem = mode_problem(sharing_mode, "gpuSharingMode")
     if problem:
         raise IngestError("spec.gpuSharingMode", problem.partition(": ")[2])
@@ -147,9 +184,9 @@ def config_from(doc: Mapping | None) -> tuple[ShardConfig, IngestSettings]:
         gpu_placement=strategies["gpu"],
         cpu_placement=strategies["cpu"],
         actions=actions,
-        reservation_namespace=str(spec.get("reservationNamespace") or DEFAULT_RESERVATION_NAMESPACE),
+        reservation_namespace=_reservation_namespace(spec, given),
         k_value=k_value,
-        usage=_usage(spec.get("usage")),
+        usage=_with_given_usage(_usage(spec.get("usage")), given),
         preempt_min_runtime_s=parse_duration(min_runtime.get("preemptMinRuntime", 0), "spec.minRuntime.preemptMinRuntime"),
         reclaim_min_runtime_s=parse_duration(min_runtime.get("reclaimMinRuntime", 0), "spec.minRuntime.reclaimMinRuntime"),
         reclaim_resolve_method=method,

@@ -20,7 +20,7 @@ import msgspec
 
 from shoal.core.ingest.assembly import Derived, PodAssembly
 from shoal.core.ingest.common import IngestError, Problem, metadata, name_of, namespace_of
-from shoal.core.ingest.config import config_from
+from shoal.core.ingest.config import NOTHING_GIVEN, Given, config_from
 from shoal.core.ingest.grouping import (
     POD_GROUP_ANNOTATION,
     SUBGROUP_LABEL,
@@ -248,17 +248,17 @@ def _with_generated(groups: list[PodGroup], generated: list[PodGroup]) -> list[P
 
 
 def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapping | None = None,
-             inflight: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+             given: Given = NOTHING_GIVEN, inflight: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
              evicting: Collection[str] = (), require_podgroup: bool = False) -> IngestResult:
-    """The core Snapshot of the model. `inflight`: pod uid or "ns/name" → (node, GPU groups) of binds in
-    flight; `evicting`: uids of pods whose eviction is in flight (they count as releasing);
+    """The core Snapshot of the model. `given`: the service's settings and usage for the config (`Given`);
+    `inflight`: pod uid or "ns/name" → (node, GPU groups) of binds in flight; `evicting`: uids of pods whose eviction is in flight (they count as releasing);
     `require_podgroup`: a pending pod waits until the PodGroup it names exists (the services)."""
     problems: list[Problem] = []
     try:
-        shard, settings = config_from(config_doc)
+        shard, settings = config_from(config_doc, given)
     except IngestError as exc:
         problems.append(Problem(-1, exc.field, exc.message))
-        shard, settings = config_from(None)
+        shard, settings = config_from(None, given)
     managed = frozenset(settings.scheduler_names)
     inflight = inflight or {}
     classes = {pc.name: pc for pc in SHIPPED_PRIORITY_CLASSES}

@@ -24,7 +24,7 @@ from shoal.core.ingest.common import (
     type_name,
 )
 from shoal.core.ingest.config import KIND as CONFIG_KIND
-from shoal.core.ingest.config import IngestSettings, config_from
+from shoal.core.ingest.config import NOTHING_GIVEN, Given, IngestSettings, config_from
 from shoal.core.ingest.grouping import (
     POD_GROUP_ANNOTATION,
     SUBGROUP_LABEL,
@@ -85,8 +85,9 @@ def _now_text(now: object) -> str:
 
 
 def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: int = 0,
-                          config_doc: Mapping | None = None) -> IngestResult:
-    """Build the core Snapshot from parsed objects; see IngestResult for what comes back."""
+                          config_doc: Mapping | None = None, given: Given = NOTHING_GIVEN) -> IngestResult:
+    """Build the core Snapshot from parsed objects; see IngestResult for what comes back. `given`: what a
+    caller sets besides the SchedulerConfig document (`ingest.config.Given`: usage, sharing mode, namespace)."""
     problems: list[Problem] = []
     now_text = _now_text(now)
 
@@ -113,8 +114,8 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
     configs = [(-1, config_doc)] if config_doc is not None else by_kind.get(CONFIG_KIND, [])
     if len(configs) > 1:
         problems.append(Problem(configs[1][0], "kind", "only one SchedulerConfig document is allowed"))
-    parsed_config = attempt(configs[0][0], lambda: config_from(configs[0][1])) if configs else None
-    shard, settings = parsed_config if parsed_config else config_from(None)
+    parsed_config = attempt(configs[0][0], lambda: config_from(configs[0][1], given)) if configs else None
+    shard, settings = parsed_config if parsed_config else config_from(None, given)
 
     def unique(kind: str, parse: Callable[[Mapping], object], key: Callable[[object], str]) -> dict[str, object]:
         out: dict[str, object] = {}

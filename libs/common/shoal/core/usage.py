@@ -12,9 +12,10 @@ Normalised usage of a queue and resource, in 0..1::
     w(b)        = 0.5 ** (age(b) / half_life)     (1 without a half-life; age measured to the bucket's middle)
 
 over the buckets inside the window: `sliding` (the last `window_s` seconds) or `tumbling` (buckets since the
-current window started, windows beginning at `tumbling_start_s + n · window_s`). The planner puts the result into
-the core's `ShardConfig.usage` (SchedulerConfig `spec.usage`), where it changes only the over-quota water-fill
-weights: `s = max(0, nw + k·(nw − usage))`.
+current window started, windows beginning at `tumbling_start_s + n · window_s`). The planner and the
+fairshare service hand the result to the core as `queue_usage(...)` (`ingest.config.Given.usage`; a queue the
+SchedulerConfig's `spec.usage` lists wins), where it changes only the over-quota water-fill weights:
+`s = max(0, nw + k·(nw − usage))`.
 
     history = [Bucket(start_s=0, seconds=60, capacity=Amounts(gpu=16_000 * 60), queues={"a": Amounts(gpu=8_000 * 60)})]
     normalised_usage(history, UsageParams(bucket_s=60, window_s=3600), now_s=60)   # {'a': {'gpu': 0.5, ...}}
@@ -26,6 +27,8 @@ import math
 from collections.abc import Iterable, Mapping
 
 import msgspec
+
+from shoal.core.model import QueueUsage
 
 RESOURCES = ("gpu", "cpu", "memory")
 WINDOW_TYPES = ("sliding", "tumbling")
@@ -192,24 +195,14 @@ def normalised_usage(buckets: Iterable[Bucket], params: UsageParams, now_s: floa
     return out
 
 
-def usage_config(usage: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
-    """The SchedulerConfig `spec.usage` section for `usage` (queues with no usage at all are left out)."""
-    return {q: {r: round(float(v.get(r, 0.0)), 6) for r in RESOURCES}
-            for q, v in sorted(usage.items()) if any(v.get(r, 0.0) > 0 for r in RESOURCES)}
+def queue_usage(usage: Mapping[str, Mapping[str, float]]) -> tuple[QueueUsage, ...]:
+    """The core's per-queue usage (`ShardConfig.usage`) from the history's figures, by queue name; queues with no
+    usage at all are left out, figures are clamped to 0..1 and rounded to 6 places (as they are published)."""
+    def figure(row: Mapping[str, float], resource: str) -> float:
+        return round(min(1.0, max(0.0, float(row.get(resource, 0.0)))), 6)
 
-
-def with_usage(config_doc: Mapping | None, usage: Mapping[str, Mapping[str, float]]) -> dict | None:
-    """A copy of the SchedulerConfig document with `spec.usage` from the history. A usage the document sets
-    itself for a queue wins (an operator's override); None stays None when there is no usage to add."""
-    section = usage_config(usage)
-    if not section:
-        return dict(config_doc) if config_doc is not None else None
-    doc = dict(config_doc or {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig"})
-    spec = dict(doc.get("spec") or {})
-    given = spec.get("usage") if isinstance(spec.get("usage"), Mapping) else {}
-    spec["usage"] = {**section, **given}
-    doc["spec"] = spec
-    return doc
+    return tuple(QueueUsage(queue=q, **{r: figure(row, r) for r in RESOURCES})
+                 for q, row in sorted(usage.items()) if any(figure(row, r) > 0 for r in RESOURCES))
 
 
 def epoch_seconds(rfc3339: str | int | float) -> float:
