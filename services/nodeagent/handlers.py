@@ -15,6 +15,7 @@ from fractions import Fraction
 from services.nodeagent.binding import (
     FAKE_DEVICES_ANNOTATION,
     RESERVE_ANNOTATION,
+    Attribution,
     Claim,
     GpuBinding,
     assign_devices,
@@ -22,7 +23,7 @@ from services.nodeagent.binding import (
     split_devices,
 )
 from services.nodeagent.inventory import Gpu, InventorySample
-from services.nodeagent.memory_policy import Kill, PolicyConfig, PolicyState, Report, evaluate
+from services.nodeagent.memory_policy import Kill, Outcome, PolicyConfig, PolicyState, Report, evaluate
 from services.nodeagent.mig import capacity_mib, mig_refusal, node_is_mig, swap_enabled, swap_refusal
 from services.nodeagent.procmap import ContainerRef
 from services.nodeagent.shares import (
@@ -164,11 +165,12 @@ class NodeAgent:
         observed: Mapping[str, tuple[str, ...]] | None = None,
         recorded: Mapping[str, tuple[str, ...]] | None = None,
     ) -> TickResult:
+        """One tick of the node: devices assigned (`_assign`), the shared GPUs' shares (`_shares`), the memory
+        policy (`_police`), time-slicing compute shares, MPS ConfigMaps, and the telemetry of GPUs and pods."""
         result = TickResult()
         policy = mode_policy(policy, sharing_mode)
         pods = sorted((p for p in pods if p.node_name == node.name), key=lambda p: p.key)
         gpus = tuple(sorted(sample.gpus, key=lambda g: g.index))
-        gpu_by_uuid = {g.uuid: g for g in gpus}
         devices = self._assign(gpus, pods, observed or {}, recorded or {}, result)
         holder = {gpu: key for key, held in devices.items() for gpu in held}
         group_gpu: dict[str, str] = {}
@@ -184,6 +186,28 @@ class NodeAgent:
             mode = "none"
         capacity = {g.uuid: capacity_mib(g, node.labels, self.config.swap_reserved_mib) for g in gpus}
 
+        bindings, share_pods = self._shares(node, pods, group_gpu, capacity, mig, mode, result)
+        by_key = {p.key: p for p in pods}
+        for key, held in devices.items():
+            if by_key[key].namespace != self.config.reservation_namespace:
+                result.pod_gpus[by_key[key].uid] = held
+        for binding in bindings:
+            for spec in binding.shares:
+                result.pod_gpus[spec.pod_uid] = result.pod_gpus.get(spec.pod_uid, ()) + (binding.gpu_uuid,)
+        attribution, outcome = self._police(bindings, share_pods, sample, refs, now, policy, result)
+        compute = self._compute_shares(bindings, attribution, mode)
+        if (self.config.mps or node.labels.get(MPS_NODE_LABEL) == "mps") and writes_mps_configmaps(sharing_mode):
+            self._mps_configmaps(bindings, share_pods, mode, result)
+        result.gpus = tuple(_gpu_stat(g, capacity[g.uuid], holder.get(g.uuid, "")) for g in gpus)
+        result.pods = _pod_stats(bindings, attribution, share_pods, compute, outcome.over_share_mib)
+        live = {p.uid for p in pods if p.active}
+        self.emitted = {e for e in self.emitted if e[0] in live}
+        return result
+
+    def _shares(self, node: NodeView, pods: list[PodView], group_gpu: Mapping[str, str], capacity: Mapping[str, int],
+                mig: bool, mode: str, result: TickResult) -> tuple[list[GpuBinding], dict[str, PodView]]:
+        """The shared GPUs' bindings (each fractional pod's share of the GPU its reservation holds) and the
+        fractional pods by uid; refusals (MIG, swap, an invalid share) become one-shot events."""
         shares: dict[str, list[ShareSpec]] = {}
         share_pods: dict[str, PodView] = {}
         for pod in pods:
@@ -198,7 +222,7 @@ class NodeAgent:
                 self._once(result, pod, refusal.reason, refusal.message)
             for group in gpu_groups(pod):
                 gpu_uuid = group_gpu.get(group)
-                if gpu_uuid is None or gpu_uuid not in gpu_by_uuid:
+                if gpu_uuid is None or gpu_uuid not in capacity:
                     continue  # reservation not (yet) assigned: nothing to police
                 spec = parse_share(pod, capacity[gpu_uuid], mode)
                 if isinstance(spec, ShareError):
@@ -206,15 +230,12 @@ class NodeAgent:
                     break
                 shares.setdefault(gpu_uuid, []).append(spec)
                 share_pods[pod.uid] = pod
+        return [GpuBinding(u, capacity[u], tuple(s)) for u, s in sorted(shares.items())], share_pods
 
-        bindings = [GpuBinding(u, capacity[u], tuple(s)) for u, s in sorted(shares.items())]
-        by_key = {p.key: p for p in pods}
-        for key, held in devices.items():
-            if by_key[key].namespace != self.config.reservation_namespace:
-                result.pod_gpus[by_key[key].uid] = held
-        for binding in bindings:
-            for spec in binding.shares:
-                result.pod_gpus[spec.pod_uid] = result.pod_gpus.get(spec.pod_uid, ()) + (binding.gpu_uuid,)
+    def _police(self, bindings: list[GpuBinding], share_pods: Mapping[str, PodView], sample: InventorySample,
+                refs: Mapping[int, ContainerRef] | None, now: float, policy: PolicyConfig,
+                result: TickResult) -> tuple[Attribution, Outcome]:
+        """Processes attributed to the shares, the memory policy evaluated: kills and report events."""
         all_refs = dict(refs or {})
         for proc in sample.processes:
             if proc.pod_uid:
@@ -231,55 +252,24 @@ class NodeAgent:
                 result.kills.append(decision)
             elif isinstance(decision, Report):
                 result.events.append(PodEvent(pod.namespace, pod.name, pod.uid, decision.reason, decision.message))
+        return attribution, outcome
 
+    def _compute_shares(self, bindings: list[GpuBinding], attribution: Attribution,
+                        mode: str) -> dict[tuple[str, str], Fraction]:
+        """Time-slicing (strict/fair): each share's part of its GPU's compute, by (pod uid, GPU)."""
         compute: dict[tuple[str, str], Fraction] = {}
-        if mode in ("strict", "fair"):
-            for binding in bindings:
-                active = frozenset(
-                    s.pod_key for s in binding.shares
-                    if attribution.usage[(s.pod_uid, binding.gpu_uuid)].processes
-                )
-                plan = compute_plan(binding.shares, mode, active=active, plan_no=self.plan_no)
-                for s in binding.shares:
-                    compute[(s.pod_uid, binding.gpu_uuid)] = plan.share(s.pod_key)
-            self.plan_no += 1
-
-        if (self.config.mps or node.labels.get(MPS_NODE_LABEL) == "mps") and writes_mps_configmaps(sharing_mode):
-            self._mps_configmaps(bindings, share_pods, mode, result)
-
-        result.gpus = tuple(
-            GpuStat(
-                uuid=g.uuid, index=g.index, name=g.name, memory_total_mib=g.memory_total_mib,
-                memory_used_mib=g.memory_used_mib, capacity_mib=capacity[g.uuid],
-                utilization_percent=g.utilization_percent, mig_enabled=g.mig_enabled,
-                mig_instances=tuple(
-                    MigStat(uuid=m.uuid, gpu_instance_id=m.gpu_instance_id, compute_instance_id=m.compute_instance_id,
-                            memory_total_mib=m.memory_total_mib, memory_used_mib=m.memory_used_mib)
-                    for m in g.mig_instances
-                ),
-                holder=holder.get(g.uuid, ""),
-            )
-            for g in gpus
-        )
-        stats = []
+        if mode not in ("strict", "fair"):
+            return compute
         for binding in bindings:
+            active = frozenset(
+                s.pod_key for s in binding.shares
+                if attribution.usage[(s.pod_uid, binding.gpu_uuid)].processes
+            )
+            plan = compute_plan(binding.shares, mode, active=active, plan_no=self.plan_no)
             for s in binding.shares:
-                key = (s.pod_uid, binding.gpu_uuid)
-                usage = attribution.usage[key]
-                pod = share_pods[s.pod_uid]
-                share_of = compute.get(key)
-                stats.append(PodGpuStat(
-                    namespace=pod.namespace, pod=pod.name, pod_uid=pod.uid, gpu_uuid=binding.gpu_uuid,
-                    memory_used_mib=usage.used_mib, memory_request_mib=s.mem_request_mib,
-                    memory_limit_mib=s.mem_limit_mib, fraction=float(s.fraction) if s.fraction is not None else None,
-                    over_share_mib=outcome.over_share_mib.get(key, 0),
-                    utilization_percent=min(100, usage.sm_util_percent),
-                    compute_share=float(share_of) if share_of is not None else None,
-                ))
-        result.pods = tuple(sorted(stats, key=lambda p: (p.gpu_uuid, p.namespace, p.pod)))
-        live = {p.uid for p in pods if p.active}
-        self.emitted = {e for e in self.emitted if e[0] in live}
-        return result
+                compute[(s.pod_uid, binding.gpu_uuid)] = plan.share(s.pod_key)
+        self.plan_no += 1
+        return compute
 
     def _mps_configmaps(self, bindings: list[GpuBinding], share_pods: Mapping[str, PodView], mode: str,
                         result: TickResult) -> None:
@@ -299,3 +289,38 @@ class NodeAgent:
 
     def configmap_written(self, action: WriteConfigMap) -> None:
         self.written[(action.namespace, action.name)] = action.data
+
+
+def _gpu_stat(g: Gpu, capacity: int, holder: str) -> GpuStat:
+    return GpuStat(
+        uuid=g.uuid, index=g.index, name=g.name, memory_total_mib=g.memory_total_mib,
+        memory_used_mib=g.memory_used_mib, capacity_mib=capacity,
+        utilization_percent=g.utilization_percent, mig_enabled=g.mig_enabled,
+        mig_instances=tuple(
+            MigStat(uuid=m.uuid, gpu_instance_id=m.gpu_instance_id, compute_instance_id=m.compute_instance_id,
+                    memory_total_mib=m.memory_total_mib, memory_used_mib=m.memory_used_mib)
+            for m in g.mig_instances
+        ),
+        holder=holder,
+    )
+
+
+def _pod_stats(bindings: list[GpuBinding], attribution: Attribution, share_pods: Mapping[str, PodView],
+               compute: Mapping[tuple[str, str], Fraction],
+               over_share_mib: Mapping[tuple[str, str], int]) -> tuple[PodGpuStat, ...]:
+    stats = []
+    for binding in bindings:
+        for s in binding.shares:
+            key = (s.pod_uid, binding.gpu_uuid)
+            usage = attribution.usage[key]
+            pod = share_pods[s.pod_uid]
+            share_of = compute.get(key)
+            stats.append(PodGpuStat(
+                namespace=pod.namespace, pod=pod.name, pod_uid=pod.uid, gpu_uuid=binding.gpu_uuid,
+                memory_used_mib=usage.used_mib, memory_request_mib=s.mem_request_mib,
+                memory_limit_mib=s.mem_limit_mib, fraction=float(s.fraction) if s.fraction is not None else None,
+                over_share_mib=over_share_mib.get(key, 0),
+                utilization_percent=min(100, usage.sm_util_percent),
+                compute_share=float(share_of) if share_of is not None else None,
+            ))
+    return tuple(sorted(stats, key=lambda p: (p.gpu_uuid, p.namespace, p.pod)))
