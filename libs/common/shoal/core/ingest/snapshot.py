@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 import msgspec
 
@@ -38,8 +39,9 @@ from shoal.core.ingest.pdbs import blocked_pod_keys
 from shoal.core.ingest.podgroups import podgroup_from
 from shoal.core.ingest.pods import pod_from
 from shoal.core.ingest.queues import SHIPPED_PRIORITY_CLASSES, priority_class_from, queue_from
-from shoal.core.model import Snapshot, Topology, make_snapshot
+from shoal.core.model import ShardConfig, Snapshot, Topology, make_snapshot
 
+T = TypeVar("T")
 TOPOLOGY_KIND = "Topology"
 BIND_REQUEST_KIND = "BindRequest"
 
@@ -88,94 +90,23 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
                           config_doc: Mapping | None = None, given: Given = NOTHING_GIVEN) -> IngestResult:
     """Build the core Snapshot from parsed objects; see IngestResult for what comes back. `given`: what a
     caller sets besides the SchedulerConfig document (`ingest.config.Given`: usage, sharing mode, namespace)."""
-    problems: list[Problem] = []
     now_text = _now_text(now)
-
-    def attempt(index: int, parse: Callable[[], object]) -> object | None:
-        try:
-            return parse()
-        except IngestError as exc:
-            problems.append(Problem(index, exc.field, exc.message))
-            return None
-
-    by_kind: dict[str, list[tuple[int, Mapping]]] = {}
-    for index, obj in enumerate(objects):
-        if not isinstance(obj, Mapping):
-            problems.append(Problem(index, "", f"a document must be a mapping, got {type_name(obj)}"))
-            continue
-        kind = obj.get("kind")
-        if not isinstance(kind, str) or not kind:
-            problems.append(Problem(index, "kind", "is required"))
-            continue
-        if kind != CONFIG_KIND and attempt(index, lambda o=obj: metadata(o)) is None:
-            continue
-        by_kind.setdefault(kind, []).append((index, obj))
-
-    configs = [(-1, config_doc)] if config_doc is not None else by_kind.get(CONFIG_KIND, [])
-    if len(configs) > 1:
-        problems.append(Problem(configs[1][0], "kind", "only one SchedulerConfig document is allowed"))
-    parsed_config = attempt(configs[0][0], lambda: config_from(configs[0][1], given)) if configs else None
-    shard, settings = parsed_config if parsed_config else config_from(None, given)
-
-    def unique(kind: str, parse: Callable[[Mapping], object], key: Callable[[object], str]) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for index, obj in sorted(by_kind.get(kind, []), key=lambda e: e[0]):
-            item = attempt(index, lambda o=obj: parse(o))
-            if item is None:
-                continue
-            ident = key(item)
-            if ident in out:
-                problems.append(Problem(index, "metadata.name", f"duplicate {kind} {ident!r}"))
-                continue
-            out[ident] = item
-        return out
-
+    reading = _Reading()
+    reading.sort(objects)
+    shard, settings = reading.config(config_doc, given)
     classes = {pc.name: pc for pc in SHIPPED_PRIORITY_CLASSES}
-    classes.update(unique("PriorityClass", priority_class_from, lambda p: p.name))
-    queues = unique("Queue", queue_from, lambda q: q.name)
-    nodes = unique("Node", node_from, lambda n: n.name)
-    groups = unique("PodGroup", lambda o: podgroup_from(o, now_text), lambda g: g.key)
-    topologies = dict(unique(TOPOLOGY_KIND, topology_from, lambda t: t[0]).values())
+    classes.update(reading.unique("PriorityClass", priority_class_from, lambda p: p.name))
+    queues = reading.unique("Queue", queue_from, lambda q: q.name)
+    nodes = reading.unique("Node", node_from, lambda n: n.name)
+    groups = reading.unique("PodGroup", lambda o: podgroup_from(o, now_text), lambda g: g.key)
+    topologies = dict(reading.unique(TOPOLOGY_KIND, topology_from, lambda t: t[0]).values())
+    pods, members = reading.pods(settings, groups, classes, now_text)
 
-    bindings = _bindings(by_kind.get(BIND_REQUEST_KIND, []))
-    owners = OwnerIndex(obj for entries in by_kind.values() for _, obj in entries)
-    pod_entries = sorted(by_kind.get("Pod", []), key=lambda e: (_safe_key(e[1]), e[0]))
-    pods: dict[str, object] = {}
-    generated: dict[str, dict] = {}
-    membership: dict[str, tuple[str, str | None]] = {}
-    generated_by: dict[str, tuple[int, str]] = {}  # generated PodGroup -> (index, key) of the pod that made it
-    for index, obj in pod_entries:
-        key = _safe_key(obj)
-        if key in pods:
-            problems.append(Problem(index, "metadata.name", f"duplicate Pod {key!r}"))
-            continue
-        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-        managed = str(spec.get("schedulerName") or "default-scheduler") in settings.scheduler_names
-        group_name, subgroup = "", None
-        if managed:
-            known = len(generated)
-            group_name, subgroup = _membership(obj, groups, generated, owners, classes)
-            membership[key] = (group_name, subgroup)
-            if len(generated) > known:  # this pod made a PodGroup: the last one added
-                generated_by[next(reversed(generated))] = (index, key)
-        binding = bindings.get(key)
-        pod = attempt(index, lambda o=obj, g=group_name, s=subgroup, m=managed, b=binding:
-                      pod_from(o, pod_group=g, subgroup=s, managed=m, now=now_text, binding=b))
-        if pod is not None:
-            pods[key] = pod
-
-    blocked = blocked_pod_keys((obj for _, obj in by_kind.get("PodDisruptionBudget", [])),
+    blocked = blocked_pod_keys((obj for _, obj in reading.by_kind.get("PodDisruptionBudget", [])),
                                ((k, p.namespace, p.labels) for k, p in pods.items() if p.node_name))
     for key in blocked:
         pods[key] = msgspec.structs.replace(pods[key], eviction_blocked=True)
-
-    for key, manifest in sorted(generated.items()):
-        index, pod_key = generated_by.get(key, (-1, ""))
-        try:
-            groups[key] = podgroup_from(manifest, now_text)
-        except IngestError as exc:
-            if pod_key in pods or index < 0:  # else the pod's own problem (the same field, copied) says it
-                problems.append(Problem(index, f"PodGroup {key} made for it: {exc.field}", exc.message))
+    reading.generated_groups(members, pods, groups, now_text)
 
     if settings.partition:  # one shard: its nodes, its pod groups, the pods on them or in them
         nodes = {k: n for k, n in nodes.items() if n.pool == settings.partition}
@@ -189,8 +120,107 @@ def snapshot_from_objects(objects: Sequence[Mapping], *, now: object, revision: 
                              topologies=[Topology(name=name, levels=tuple(lv.node_label for lv in levels),
                                                   aliases=tuple(lv.alias for lv in levels))
                                          for name, levels in topologies.items()])
-    return IngestResult(snapshot=snapshot, problems=tuple(sorted(problems)), settings=settings,
-                        topologies=topologies, generated_podgroups=generated, pod_groups_of_pods=membership)
+    return IngestResult(snapshot=snapshot, problems=tuple(sorted(reading.problems)), settings=settings,
+                        topologies=topologies, generated_podgroups=members.generated,
+                        pod_groups_of_pods=members.membership)
+
+
+@dataclass
+class _Members:
+    """Which PodGroup each managed pod belongs to, and the PodGroups made for pods that named none."""
+
+    generated: dict[str, dict] = field(default_factory=dict)  # "ns/name" → PodGroup manifest
+    membership: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # "ns/pod" → (group, subgroup)
+    generated_by: dict[str, tuple[int, str]] = field(default_factory=dict)  # generated → (index, key) of its pod
+
+
+@dataclass
+class _Reading:
+    """The documents by kind, and the problems found reading them (each with its document's index)."""
+
+    problems: list[Problem] = field(default_factory=list)
+    by_kind: dict[str, list[tuple[int, Mapping]]] = field(default_factory=dict)
+
+    def attempt(self, index: int, parse: Callable[[], T]) -> T | None:
+        try:
+            return parse()
+        except IngestError as exc:
+            self.problems.append(Problem(index, exc.field, exc.message))
+            return None
+
+    def sort(self, objects: Sequence[Mapping]) -> None:
+        for index, obj in enumerate(objects):
+            if not isinstance(obj, Mapping):
+                self.problems.append(Problem(index, "", f"a document must be a mapping, got {type_name(obj)}"))
+                continue
+            kind = obj.get("kind")
+            if not isinstance(kind, str) or not kind:
+                self.problems.append(Problem(index, "kind", "is required"))
+                continue
+            if kind != CONFIG_KIND and self.attempt(index, lambda o=obj: metadata(o)) is None:
+                continue
+            self.by_kind.setdefault(kind, []).append((index, obj))
+
+    def config(self, config_doc: Mapping | None, given: Given) -> tuple[ShardConfig, IngestSettings]:
+        """The separate document, else the one SchedulerConfig among the objects, else the defaults."""
+        configs = [(-1, config_doc)] if config_doc is not None else self.by_kind.get(CONFIG_KIND, [])
+        if len(configs) > 1:
+            self.problems.append(Problem(configs[1][0], "kind", "only one SchedulerConfig document is allowed"))
+        parsed = self.attempt(configs[0][0], lambda: config_from(configs[0][1], given)) if configs else None
+        return parsed if parsed else config_from(None, given)
+
+    def unique(self, kind: str, parse: Callable[[Mapping], object], key: Callable[[object], str]) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for index, obj in sorted(self.by_kind.get(kind, []), key=lambda e: e[0]):
+            item = self.attempt(index, lambda o=obj: parse(o))
+            if item is None:
+                continue
+            ident = key(item)
+            if ident in out:
+                self.problems.append(Problem(index, "metadata.name", f"duplicate {kind} {ident!r}"))
+                continue
+            out[ident] = item
+        return out
+
+    def pods(self, settings: IngestSettings, groups: Mapping[str, object], classes: Mapping[str, object],
+             now_text: str) -> tuple[dict[str, object], _Members]:
+        """Every pod by "ns/name"; a managed pod's PodGroup is the one it names, else one the podgrouper rules
+        make for it (`_membership`)."""
+        bindings = _bindings(self.by_kind.get(BIND_REQUEST_KIND, []))
+        owners = OwnerIndex(obj for entries in self.by_kind.values() for _, obj in entries)
+        members = _Members()
+        pods: dict[str, object] = {}
+        for index, obj in sorted(self.by_kind.get("Pod", []), key=lambda e: (_safe_key(e[1]), e[0])):
+            key = _safe_key(obj)
+            if key in pods:
+                self.problems.append(Problem(index, "metadata.name", f"duplicate Pod {key!r}"))
+                continue
+            spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+            managed = str(spec.get("schedulerName") or "default-scheduler") in settings.scheduler_names
+            group_name, subgroup = "", None
+            if managed:
+                known = len(members.generated)
+                group_name, subgroup = _membership(obj, groups, members.generated, owners, classes)
+                members.membership[key] = (group_name, subgroup)
+                if len(members.generated) > known:  # this pod made a PodGroup: the last one added
+                    members.generated_by[next(reversed(members.generated))] = (index, key)
+            binding = bindings.get(key)
+            pod = self.attempt(index, lambda o=obj, g=group_name, s=subgroup, m=managed, b=binding:
+                               pod_from(o, pod_group=g, subgroup=s, managed=m, now=now_text, binding=b))
+            if pod is not None:
+                pods[key] = pod
+        return pods, members
+
+    def generated_groups(self, members: _Members, pods: Mapping[str, object], groups: dict[str, object],
+                         now_text: str) -> None:
+        """The PodGroups made for pods join `groups`; one that does not parse is a problem of its pod's."""
+        for key, manifest in sorted(members.generated.items()):
+            index, pod_key = members.generated_by.get(key, (-1, ""))
+            try:
+                groups[key] = podgroup_from(manifest, now_text)
+            except IngestError as exc:
+                if pod_key in pods or index < 0:  # else the pod's own problem (the same field, copied) says it
+                    self.problems.append(Problem(index, f"PodGroup {key} made for it: {exc.field}", exc.message))
 
 
 def _bindings(entries: list[tuple[int, Mapping]]) -> dict[str, tuple[str, tuple[str, ...]]]:
