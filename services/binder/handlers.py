@@ -29,6 +29,7 @@ from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
 from shoal.adapters.inflight import InFlight, live
 from shoal.adapters.kafka import Delivery, Publisher
+from shoal.core import reasons
 from shoal.core.fields import text, value_at
 from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.core.plan import (
@@ -201,7 +202,8 @@ class Binder(Publishing, SharedGpus, Evictions):
         await self.event("Pod", op.pod, op.reason, op.message, op.type, uid=op.pod_uid)
 
     async def _pipelined(self, plan: PlanIssued, op: Pipeline) -> None:
-        await self.event("Pod", op.pod, "Pipelined", f"Pod {op.pod} was pipelined to node {op.node}", "Normal")
+        # the plan's text (a plan from before it carried one: the same text, made here)
+        await self.event("Pod", op.pod, "Pipelined", op.message or reasons.pipelined_event(op.pod, op.node), "Normal")
 
     async def _condition(self, plan: PlanIssued, op: SetCondition) -> None:
         await self.set_condition(op)
@@ -266,15 +268,13 @@ class Binder(Publishing, SharedGpus, Evictions):
     async def _bound(self, plan: PlanIssued, op: Bind, started: float) -> None:
         self._binds.labels("bound").inc()
         self._bind_latency.observe(time.perf_counter() - started)
-        pool = plan.shard
         self._result(plan, op, ok=True)
         self._decision("bound", plan, op.pod, {"node": op.node, "podGroup": op.pod_group})
         if op.gpu_groups:
             self._decision("gpu-shared", plan, op.pod, {"node": op.node, "gpuGroups": list(op.gpu_groups),
                                                         "fraction": op.fraction})
         self._notice(plan, BindNotice(op.pod, op.pod_uid, "Scheduled",
-                                      f"Successfully assigned pod {op.pod} to node {op.node} at node-pool {pool}",
-                                      "Normal"))
+                                      reasons.scheduled_event(op.pod, op.node, plan.shard), "Normal"))
 
     async def _bind_failed(self, plan: PlanIssued, op: Bind, error: str) -> None:
         self._binds.labels("failed").inc()
@@ -285,7 +285,7 @@ class Binder(Publishing, SharedGpus, Evictions):
         self._decision("bind-failed", plan, op.pod, {"node": op.node, "error": error, "podGroup": op.pod_group,
                                                      "bindFailures": failures})
         self._notice(plan, BindNotice(op.pod, op.pod_uid, "BindingError",
-                                      f"Failed to bind pod {op.pod} to node {op.node}: {error}", "Warning"))
+                                      reasons.binding_error_event(op.pod, op.node, error), "Warning"))
 
     def _notice(self, plan: PlanIssued, notice: BindNotice) -> None:
         self._notices.setdefault(plan.plan_id, []).append(notice)

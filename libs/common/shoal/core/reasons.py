@@ -93,3 +93,8 @@ def scheduled_event(pod_key: str, node: str, pool: str) -> str:
 
 def pipelined_event(pod_key: str, node: str) -> str:
     return f"Pod {pod_key} was pipelined to node {node}"
+
+
+def binding_error_event(pod_key: str, node: str, error: str) -> str:
+    """The binder's BindingError event when the apiserver refuses a planned bind."""
+    return f"Failed to bind pod {pod_key} to node {node}: {error}"

@@ -8,7 +8,7 @@ import pytest
 
 from services.binder.handlers import Binder
 from shoal.adapters.kafka import Delivery
-from shoal.core.plan import Bind, PodEvent
+from shoal.core.plan import Bind, Pipeline, PodEvent
 from shoal.errors import NotFoundError, PermanentError
 from shoal.messages.base import new_meta
 from shoal.messages.plan import BindResult, PlanIssued
@@ -136,6 +136,15 @@ async def test_a_bind_reads_no_pod_and_its_event_names_the_ops_uid():
     assert kube.calls == [("create", "pods", "binding"), ("create", "events", None)]
     (event,) = kube.created_events
     assert event["reason"] == "Scheduled" and event["involvedObject"]["uid"] == "uid-0"
+    assert event["message"] == "Successfully assigned pod ns/p0 to node n1 at node-pool pool"
+
+
+async def test_a_pipelined_pods_event_says_what_the_plan_says():
+    op = Pipeline(pod="ns/p0", pod_uid="uid-0", node="n1", message="Pod ns/p0 was pipelined to node n1 (plan)")
+    kube, bus = FakeKube(pods(1)), GatedBus()
+    bus.gate.set()
+    await binder(kube, FakeInFlight({}), bus).on_plan(plan_of([op]), DELIVERY)
+    assert [(e["reason"], e["message"]) for e in kube.created_events] == [("Pipelined", op.message)]
 
 
 async def test_an_unschedulable_pod_is_read_once_for_its_event_and_condition():
