@@ -21,14 +21,13 @@ from typing import Any
 from shoal.cli.bench_report import load_snapshot, measure, table
 from shoal.cli.bench_soak import add_arguments as add_soak_arguments
 from shoal.cli.manifests import ManifestError
+from shoal.core.builders import PRIORITY_CLASSES, group, node, pod_of, queue
 from shoal.core.model import (
     FractionRequest,
     Node,
     Pod,
     PodGroup,
-    PriorityClass,
     Queue,
-    QueueResource,
     ShardConfig,
     Snapshot,
     make_snapshot,
@@ -37,56 +36,33 @@ from shoal.core.model import (
 SIZES = {100: 2_000, 1_000: 20_000, 4_000: 140_000}
 GI = 1024**3
 NS = "bench"
-CLASSES = (
-    PriorityClass(name="train", value=50),
-    PriorityClass(name="build", value=100),
-    PriorityClass(name="inference", value=125),
-)
+CLASSES = tuple(c for c in PRIORITY_CLASSES if c.name != "build-preemptible")  # train 50, build 100, inference 125
 
 
 def _queues() -> list[Queue]:
-    unl = QueueResource(quota=-1, limit=-1, weight=1)
-    out = [Queue(name="root", gpu=unl, cpu=unl, memory=unl)]
+    """root > dept0..1 > proj<d>0..3 (quota 50, 60, 70, 80 GPUs, weight 1..4); everything else unlimited."""
+    out = [queue("root", parent=None)]
     for d in range(2):
-        out.append(
-            Queue(
-                name=f"dept{d}",
-                parent="root",
-                gpu=QueueResource(quota=-1, limit=-1, weight=1),
-                cpu=unl,
-                memory=unl,
-                created=d,
-            )
-        )
-        for p in range(4):
-            out.append(
-                Queue(
-                    name=f"proj{d}{p}",
-                    parent=f"dept{d}",
-                    created=10 + p,
-                    cpu=unl,
-                    memory=unl,
-                    gpu=QueueResource(quota=1000 * (50 + 10 * p), limit=-1, weight=1 + p),
-                )
-            )
+        out.append(queue(f"dept{d}", created=d))
+        out += [queue(f"proj{d}{p}", parent=f"dept{d}", created=10 + p, gpu=(50 + 10 * p, -1, 1 + p))
+                for p in range(4)]
     return out
 
 
 def bench_group(name: str, queue: str, min_member: int = 1, cls: str = "train", created: int = 0) -> PodGroup:
     """A PodGroup of the generated clusters (namespace `bench`, uid `u-<name>`)."""
-    return PodGroup(namespace=NS, name=name, uid=f"u-{name}", queue=queue, min_member=min_member,
-                    priority_class_name=cls, created=created)
+    return group(name, queue, namespace=NS, uid=f"u-{name}", min_member=min_member, priority_class=cls,
+                 created=created)
 
 
-def bench_pod(name: str, group: str, **fields: Any) -> Pod:
-    """A pod of the generated clusters (namespace `bench`, uid `u-<name>`) in PodGroup `group`."""
-    return Pod(uid=f"u-{name}", namespace=NS, name=name, pod_group=group, **fields)
+def bench_pod(name: str, pod_group: str, **fields: Any) -> Pod:
+    """A pod of the generated clusters (namespace `bench`, uid `u-<name>`) in PodGroup `pod_group`."""
+    return pod_of(name, pod_group, namespace=NS, uid=f"u-{name}", **fields)
 
 
 def bench_node(name: str, **fields: Any) -> Node:
     """A node of the generated clusters: 8 GPUs of 80 GiB, 128 cores, 1 TiB, 110 pods."""
-    return Node(name=name, gpus=8, cpu_milli=128_000, memory_bytes=1024 * GI, pods=110, gpu_memory_mib=81920,
-                **fields)
+    return node(name, gpus=8, cpu=128_000, memory=1024 * GI, pods=110, gpu_memory=81920, **fields)
 
 
 def generate(nodes: int, pods: int, seed: int = 7, pending: int = 300) -> Snapshot:

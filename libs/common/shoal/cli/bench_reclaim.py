@@ -19,11 +19,10 @@ import sys
 import time
 
 from shoal.cli.bench import bench_group, bench_node, bench_pod
+from shoal.core.builders import queue
 from shoal.core.cycle import run_cycle_timed
 from shoal.core.model import (
     PriorityClass,
-    Queue,
-    QueueResource,
     ShardConfig,
     Snapshot,
     make_snapshot,
@@ -37,14 +36,8 @@ CLASSES = (PriorityClass(name="train", value=50), PriorityClass(name="build", va
 
 def generate(nodes: int, seed: int = 7, pending: int = 400) -> Snapshot:
     rng = random.Random(seed * 7919 + nodes)
-    unl = QueueResource(quota=-1, limit=-1, weight=1)
-    half = nodes * 8 * 1000 // 2
-    queues = [
-        Queue(name="root", gpu=unl, cpu=unl, memory=unl),
-        Queue(name="hog", parent="root", gpu=QueueResource(quota=0, limit=-1, weight=1), cpu=unl, memory=unl),
-        Queue(name="starved", parent="root", gpu=QueueResource(quota=half, limit=-1, weight=1), cpu=unl, memory=unl,
-              created=1),
-    ]
+    # root > hog (quota 0) and starved (quota half the GPUs); everything else unlimited
+    queues = [queue("root", parent=None), queue("hog", gpu=(0, -1)), queue("starved", gpu=(nodes * 4, -1), created=1)]
     node_list, pods, groups = [], [], []
     started = list(range(nodes * 8))
     rng.shuffle(started)
