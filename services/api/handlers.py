@@ -131,8 +131,8 @@ class Api:
     @contextlib.asynccontextmanager
     async def _source(self, start: str) -> AsyncIterator[asyncio.Queue[Event | None]]:
         if start == "latest":
-            async with self.hub.subscribe() as queue:
-                yield queue
+            async with self.hub.subscribe() as live:
+                yield live
             return
         queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=1000)
 

@@ -187,7 +187,8 @@ class Snapshotter:
             kind = "base"
             checkpoint = chain is not None and written is None and not chain.broken and \
                 (chain.deltas >= self.base_every or chain.delta_bytes * 2 >= chain.base_bytes)
-            chain = await self._base(shard, taken_at, (chain.chain, chain.revision, changes) if checkpoint else None)
+            chain = await self._base(shard, taken_at,
+                                     (chain.chain, chain.revision, changes) if checkpoint and chain is not None else None)
             written = chain.base_bytes
         # only now that the revision showing them bound is the latest: a planner that no longer finds an
         # entry must read a snapshot with its bind (removed earlier, it could read the previous revision

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 from shoal.core.audit import eviction_figures, unneeded_evictions
 from shoal.core.cycle import run_cycle_timed
@@ -42,7 +43,7 @@ def measure(label: str, snap: Snapshot, repeat: int, clock: Callable[[], float])
     figures = eviction_figures(plan)
     actions = {}
     for name in EVICTING:
-        row = dict(figures.get(name, {"evictions": 0, "placed": 0, "pipelined": 0}))
+        row: dict[str, Any] = dict(figures.get(name, {"evictions": 0, "placed": 0, "pipelined": 0}))
         row["ms"] = best.action_durations_ms.get(name, 0.0)
         row["evictions_per_pipelined"] = round(row["evictions"] / row["pipelined"], 3) if row["pipelined"] else None
         row["counters"] = {k.split(".", 1)[1]: v for k, v in best.counters.items() if k.startswith(name + ".")}

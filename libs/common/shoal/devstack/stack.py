@@ -322,8 +322,9 @@ def status(state_dir: Path) -> list[dict[str, object]]:
     """One row per process recorded in the state dir: name, pid, alive, ready (None: no probe for it)."""
     state_dir = Path(state_dir)
     try:
-        info: StackInfo | None = StackInfo.load(state_dir)
-        names: Iterable[str] = [*info.pids]
+        loaded = StackInfo.load(state_dir)
+        info: StackInfo | None = loaded
+        names: Iterable[str] = [*loaded.pids]
     except DevStackError:
         info = None
         names = [p.stem for p in sorted((state_dir / "pids").glob("*.pid"))]
