@@ -38,6 +38,22 @@ _NAME = attrgetter("name")
 _NAMELESS = methodcaller("endswith", "/")
 _is_none = partial(is_, None)
 
+
+def _marked_and_semi(groups: Sequence[PodGroup], first: Sequence[Pod | None]) -> tuple[set[int], set[int]]:
+    """Of the PodGroups with live pods: those `Session._read_up_front` looks at (subgroups, a gang minimum, a
+    stale stamp, a condition, bind failures), and the semi-preemptible ones (their core is counted after)."""
+    marked: set[int] = set()
+    semi: set[int] = set()
+    for gi in compress(range(len(groups)), first):  # a Pod is truthy, None is not
+        group = groups[gi]
+        if (group.subgroups or group.min_member > 1 or group.stale_timestamp or group.condition_reason
+                or group.bind_failures):
+            marked.add(gi)
+        if group.preemptibility == model.SEMI_PREEMPTIBLE:
+            semi.add(gi)
+    return marked, semi
+
+
 GPU_MEMORY_PLACEHOLDER_MIB = 100  # KAI's value when nvidia.com/gpu.memory is missing
 DEVICE_MILLI = 1000
 
@@ -510,8 +526,6 @@ class Session:
         candidates: list[int] = []  # a job's position per running pod a victim search may take
         res_ns = self.config.reservation_namespace
         pending: set[int] = set()  # jobs made up front: a pending pod, or a pod no eviction may take (PDB)
-        marked: set[int] = set()  # jobs with subgroups, a condition, a stale stamp or a gang minimum
-        semi: set[int] = set()  # semi-preemptible jobs: their core is counted once the pass is done
         background = self.background
         done = (model.PHASE_SUCCEEDED, model.PHASE_FAILED)
         last_namespace = None
@@ -542,19 +556,10 @@ class Session:
             else:
                 more.setdefault(gi, []).append(pod)
             group = groups[gi]
-            if (group.subgroups or group.min_member > 1 or group.stale_timestamp or group.condition_reason
-                    or group.bind_failures):
-                marked.add(gi)
-            if group.preemptibility == model.SEMI_PREEMPTIBLE:
-                semi.add(gi)
             if node is None:
                 pending.add(gi)
-                acc = find_own(group.queue)
-                if acc is not None and not pod.gated:
-                    req = acc[0]
-                    req[0] += pod.cpu_milli
-                    req[1] += pod.memory_bytes
-                    req[2] += self.gpu_fair_of(pod)
+                if not pod.gated:
+                    self._requested(group.queue, pod)
                 continue
             if pod.background and not pod.deleting and not pod.eviction_blocked:
                 occupy(node, pod, res_ns, releasing=True)
@@ -596,8 +601,17 @@ class Session:
                     np[1] += m
                     np[2] += gf
         self.running_preemptible = Counter(candidates)
-        unpodded = list(compress(range(len(groups)), map(_is_none, index.first)))
-        self.finish(pending, marked, semi, unpodded, eager_jobs)
+        unpodded = list(compress(range(len(groups)), map(_is_none, first)))
+        self.finish(pending, *_marked_and_semi(groups, first), unpodded, eager_jobs)
+
+    def _requested(self, queue: str, pod: Pod) -> None:
+        """A pending pod's request counts in its queue's own figures."""
+        acc = self.own.get(queue)
+        if acc is not None:
+            req = acc[0]
+            req[0] += pod.cpu_milli
+            req[1] += pod.memory_bytes
+            req[2] += self.gpu_fair_of(pod)
 
     def finish(self, pending: set[int], marked: set[int], semi: set[int], unpodded: list[int],
                eager_jobs: bool) -> None:
