@@ -100,7 +100,7 @@ def build_plan(ctx: Context) -> Plan:
                     pod_group=pg,
                     compute_mode=pod.compute_mode if frac else None,
                     gpu_memory_mib=received_memory_mib(task) if frac else None,
-                    gpu_memory_limit_mib=pod.fraction.gpu_memory_limit_mib if frac else None,
+                    gpu_memory_limit_mib=pod.fraction.gpu_memory_limit_mib if frac and pod.fraction else None,
                 )
             )
         elif op.kind == "pipeline":

@@ -144,7 +144,7 @@ def portion_text(task: Task) -> str | None:
     else:
         node = task.node
         mem = node.gpu_mem if node is not None and node.gpu_mem else None
-        if mem is None:
+        if mem is None or task.frac_mem is None:
             return None
         milli = -(-task.frac_mem * DEVICE_MILLI // mem)
     hundredths = (milli + 5) // 10

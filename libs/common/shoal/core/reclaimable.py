@@ -171,7 +171,8 @@ def _inner_ok(shares: Mapping[str, QueueShare], before: Mapping[str, Resources],
         if not _over(floor, after[name], mask):
             continue
         low = [f > a for f, a, sel in zip(floor.values(), after[name].values(), mask, strict=True)]
-        for sib in shares[share.parent].children if share.parent in shares else ():
+        parent = shares.get(share.parent) if share.parent is not None else None
+        for sib in parent.children if parent is not None else ():
             if sib == name or sib not in after:
                 continue
             fair = shares[sib].fair_share.values()

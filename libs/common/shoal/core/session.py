@@ -183,7 +183,7 @@ class Task:
         """Milli-device this fraction takes on each of its devices on `node` (None: memory not synced)."""
         if self.frac_milli is not None:
             return self.frac_milli
-        if node.gpu_mem is None:
+        if node.gpu_mem is None or self.frac_mem is None:
             return None
         return -(-self.frac_mem * DEVICE_MILLI // node.gpu_mem)
 
@@ -483,7 +483,9 @@ class Session:
                     qs.parent = ps
                     ps.children.append(qs)
         for qs in self.queues.values():
-            chain, seen, cur = [], set(), qs
+            chain: list[QueueState] = []
+            seen: set[str] = set()
+            cur: QueueState | None = qs
             while cur is not None and cur.name not in seen:
                 seen.add(cur.name)
                 chain.append(cur)
@@ -706,7 +708,7 @@ class Session:
         """Add (sign=+1) or remove (-1) a task's resources to its queue chain's allocated figures."""
         job = task.job
         q = self.queues.get(job.queue) if job is not None else None
-        if q is None:
+        if q is None or job is None:
             return
         c, m, g = task.cpu * sign, task.mem * sign, task.gpu_fair * sign
         np = not job.preemptible

@@ -169,9 +169,10 @@ def lowest_common(ctx: Context, topology: Topology, among: list[NodeState] | Non
     common = ""
     for depth, label in enumerate(topology.levels):
         values = {node_domain(ns, topology, depth) for ns in nodes}
-        if len(values) != 1 or not nodes:
+        domain = next(iter(values)) if len(values) == 1 and nodes else None
+        if domain is None:
             break
-        common = f"{label}={next(iter(values))[-1]}"
+        common = f"{label}={domain[-1]}"
     return common
 
 

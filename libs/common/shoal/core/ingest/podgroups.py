@@ -75,7 +75,8 @@ def _subgroups(spec: Mapping) -> tuple[SubGroup, ...]:
             raise IngestError(f"spec.subGroups[{i}].parent", f"unknown parent subgroup {sub.parent!r}")
     parents = {s.name: s.parent for s in out}
     for i, sub in enumerate(out):
-        seen, current = set(), sub.name
+        seen: set[str] = set()
+        current: str | None = sub.name
         while current is not None:
             if current in seen:
                 raise IngestError(f"spec.subGroups[{i}].parent", "subgroup parents form a cycle")
