@@ -56,10 +56,12 @@ def container_problem(pod: Mapping) -> str | None:
                 len(annotations[key]) > MAX_QUANTITY_CHARS):
             return f"{key} annotation value must be a valid Kubernetes memory quantity greater than 0"
     spec = _map(pod.get("spec"))
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    listed = spec.get("containers")
+    containers: list = listed if isinstance(listed, list) else []
     names = tuple(str(_map(c).get("name") or "") for c in containers)
     whole = 0
-    init = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
+    listed_init = spec.get("initContainers")
+    init: list = listed_init if isinstance(listed_init, list) else []
     for c in [*containers, *init]:
         resources = _map(_map(c).get("resources"))
         if any("nvidia.com/gpu" in _map(resources.get(s)) for s in ("requests", "limits")):

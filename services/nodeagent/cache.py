@@ -125,7 +125,7 @@ class ClusterCache:
         for obj in objs:
             self.put_node(obj)
 
-    async def _follow(self, resource: Resource, query: dict[str, str], name: str,
+    async def _follow(self, resource: Resource, query: dict[str, Any], name: str,
                       put: Callable[[dict[str, Any]], None], drop: Callable[[dict[str, Any]], Any],
                       replace: Callable[[list[dict[str, Any]]], None]) -> None:
         async for event in ListWatch(self.kube, resource, **query):

@@ -53,7 +53,8 @@ def queue_figures(queue: Mapping[str, Any], gpus_in_use: float | None = None) ->
     scale = {"gpu": 1, "cpu": 1e-3, "memory": 1e6}  # spec and effectiveLimit units: GPUs, millicores, MB
     out = {}
     for resource, key in (("gpu", GPU), ("cpu", "cpu"), ("memory", "memory")):
-        section = spec.get(resource) if isinstance(spec.get(resource), Mapping) else {}
+        given = spec.get(resource)
+        section: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         quota = section.get("quota", 0)
         limit = section.get("limit", quota)
         limit_value = spec_amount(limits[resource] if resource in limits else limit, scale[resource])
