@@ -82,9 +82,9 @@ class Mirror:
         obj = event.object or {}
         obj.setdefault("kind", kind)
         if event.type == "DELETED":
-            old = store.pop(_key(obj), None)
-            if old is not None:
-                self._on_change(old, True)
+            gone = store.pop(_key(obj), {})
+            if gone:
+                self._on_change(gone, True)
         else:
             store[_key(obj)] = obj
             self._on_change(obj, False)

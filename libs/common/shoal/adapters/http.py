@@ -171,7 +171,7 @@ async def run_service(app: web.Application, http: HttpSettings, *, stop: asyncio
         async with serve(app, http.host, http.port):
             failure = _failure(app)
             stopping = asyncio.create_task(stop.wait())
-            await asyncio.wait({stopping, failure}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((stopping, failure), return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
             log.info("service_stopping", reason="failure" if failure.done() else "signal")
         if failure.done():
