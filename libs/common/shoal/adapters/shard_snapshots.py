@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import uuid
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -175,7 +175,7 @@ class SnapshotWriter:
                     if delta is not None:
                         pipe.set(redis_keys.snapshot_delta(shard, revision), delta, px=self._retain_ms)
                     if old_base is not None:
-                        parts = _base.decode(old_header).parts if old_header is not None else 0
+                        parts = _base.decode(cast(bytes, old_header)).parts if old_header is not None else 0
                         self._queue_expiry(pipe, shard, old_base, parts, latest if latest is not None else old_base)
                     await pipe.execute()
                     return True
