@@ -20,6 +20,7 @@ from services.podgrouper import translate as t
 from shoal.adapters import kube as k
 from shoal.adapters.kube_watch import ListWatch
 from shoal.core.ingest import grouping as rules
+from shoal.core.model import ANNOTATION_LAST_START as LAST_START
 from shoal.errors import ConflictError, NotFoundError, PermanentError, ShoalError, TransientError
 from shoal.logging import get_logger
 from shoal.metrics import Metrics
@@ -28,6 +29,7 @@ log = get_logger("services.podgrouper")
 
 CORE_EVENTS = k.Resource("", "v1", "events", "Event")
 MAX_OWNER_DEPTH = 10
+CREATED, PATCHED = "created", "patched"  # what ensure_podgroup wrote ("" when nothing)
 
 
 class OwnerUnavailable(Exception):
@@ -181,15 +183,24 @@ class PodGrouper:
             await self.warn(pod, problem)
         grouping = rules.group_pod(pod, rules.OwnerIndex(owners), await self.priority_classes())
         desired = t.desired_podgroup(grouping, pod)
-        changed = await self.ensure_podgroup(desired)
+        started = t.start_stamp(pod)  # a pod bound already: its new PodGroup says when it started
+        created = await self.ensure_podgroup(desired, started=started)
+        changed = bool(created)
         patch = t.pod_patch(pod, grouping)
         if patch is not None:
+            # a bare pod is scheduled without waiting for these writes: its bind may land between the read
+            # above and this patch, after the scheduler's start stamp found no PodGroup; the answer tells
+            racing = created == CREATED and started is None and rules.controller_ref(pod) is None
             try:
-                await self.kube.patch(k.PODS, t.meta(pod)["name"], patch, namespace=t.meta(pod).get("namespace"), answer=False)
+                answer = await self.kube.patch(k.PODS, t.meta(pod)["name"], patch,
+                                               namespace=t.meta(pod).get("namespace"), answer=racing)
             except NotFoundError:
                 return "skipped:pod gone"
             self._writes.labels(kind="pod").inc()
             changed = True
+            late = t.start_stamp(answer) if racing and answer else None
+            if late is not None:
+                await self._stamp_start(desired, late)
         if changed:
             log.info("pod_grouped", pod=t.pod_key(pod), podgroup=desired["metadata"]["name"],
                      subgroup=grouping.subgroup, min_member=desired["spec"].get("minMember"),
@@ -239,8 +250,20 @@ class PodGrouper:
         self._owners[path] = (now, copy.deepcopy(owner))
         return owner
 
-    async def ensure_podgroup(self, desired: dict) -> bool:
-        """Create the PodGroup or patch the fields it owns; True when something was written.
+    async def _stamp_start(self, desired: dict, started: str) -> None:
+        """The start stamp on a PodGroup just created for a pod that was bound meanwhile."""
+        meta = desired["metadata"]
+        try:
+            await self.kube.patch(k.PODGROUPS, meta["name"], {"metadata": {"annotations": {LAST_START: started}}},
+                                  namespace=meta["namespace"], answer=False)
+            self._writes.labels(kind="podgroup_patch").inc()
+        except NotFoundError:
+            pass  # gone with its pod
+
+    async def ensure_podgroup(self, desired: dict, *, started: str | None = None) -> str:
+        """Create the PodGroup or patch the fields it owns: CREATED, PATCHED or "" (nothing written). A
+        PodGroup created with `started` carries it as its start stamp (its pod is bound already); an existing
+        one keeps its own (the scheduler writes it).
 
         Pods are grouped concurrently; pods of one owner share one PodGroup (its name is deterministic), so
         its writes are serialised here: the first pod writes it, the others wait and find it in the cache."""
@@ -254,12 +277,13 @@ class PodGrouper:
                 now = time.monotonic()
                 seen = self._ensured.get(path)
                 if seen and seen[1] == digest and now - seen[0] < self.cache_ttl_s:
-                    return False
+                    return ""
                 if len(self._ensured) > 10_000:
                     self._ensured = {p: e for p, e in self._ensured.items() if now - e[0] < self.cache_ttl_s}
                 # never seen by this process (a new owner, a bare pod): most likely absent, so create first
                 # and read only on 409; seen before: read first, it most likely exists
-                written = await self._write_podgroup(desired, name, namespace, create_first=seen is None)
+                written = await self._write_podgroup(desired, name, namespace, create_first=seen is None,
+                                                     started=started)
                 self._ensured[path] = (time.monotonic(), digest)
                 return written
         finally:
@@ -269,32 +293,34 @@ class PodGrouper:
             else:
                 del self._group_locks[path]
 
-    async def _write_podgroup(self, desired: dict, name: str, namespace: str, *, create_first: bool = False) -> bool:
+    async def _write_podgroup(self, desired: dict, name: str, namespace: str, *, create_first: bool = False,
+                              started: str | None = None) -> str:
+        made = t.with_start_stamp(desired, started)
         for _ in range(5):
             if create_first:
                 create_first = False
                 try:
-                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace, answer=False)
+                    await self.kube.create(k.PODGROUPS, made, namespace=namespace, answer=False)
                     self._writes.labels(kind="podgroup_create").inc()
-                    return True
+                    return CREATED
                 except ConflictError:
                     pass  # it exists (made earlier, or by another replica): read it and compare
             try:
                 existing = await self.kube.get(k.PODGROUPS, name, namespace=namespace)
             except NotFoundError:
                 try:
-                    await self.kube.create(k.PODGROUPS, desired, namespace=namespace, answer=False)
+                    await self.kube.create(k.PODGROUPS, made, namespace=namespace, answer=False)
                     self._writes.labels(kind="podgroup_create").inc()
-                    return True
+                    return CREATED
                 except ConflictError:
                     continue  # created meanwhile (another worker or replica): read it and compare
             patch = t.podgroup_patch(existing, desired)
             if patch is None:
-                return False
+                return ""
             try:
                 await self.kube.patch(k.PODGROUPS, name, patch, namespace=namespace, answer=False)
                 self._writes.labels(kind="podgroup_patch").inc()
-                return True
+                return PATCHED
             except (ConflictError, NotFoundError):
                 continue
         raise ConflictError(f"PodGroup {namespace}/{name} kept changing while being reconciled")

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from shoal.adapters.kube import Resource
 from shoal.core.ingest import grouping as rules
+from shoal.core.model import ANNOTATION_LAST_START
 
 SKIP_PODGROUPER = rules.SKIP_PODGROUPER
 SKIPPED_UNNAMED = "skip-podgrouper without pod-group-name"
@@ -166,3 +167,24 @@ def warning_event(pod: Mapping, message: str, *, now: str | None = None) -> dict
             "reason": WARNING_REASON, "message": message[:1024], "type": "Warning",
             "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
             "reportingInstance": COMPONENT, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+
+
+def start_stamp(pod: Mapping) -> str | None:
+    """When a bound pod started, as the PodGroup's start stamp (kai.scheduler/last-start-timestamp, RFC 3339
+    to the second): its PodScheduled condition's transition, else now; None for a pod not bound."""
+    if not _map(pod.get("spec")).get("nodeName"):
+        return None
+    for condition in _map(pod.get("status")).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled" \
+                and condition.get("status") == "True" and condition.get("lastTransitionTime"):
+            return str(condition["lastTransitionTime"])
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def with_start_stamp(podgroup: dict, started: str | None) -> dict:
+    """The PodGroup to create, carrying `started` as its start stamp (unchanged when None)."""
+    if started is None:
+        return podgroup
+    metadata = dict(podgroup["metadata"])
+    metadata["annotations"] = {**_map(metadata.get("annotations")), ANNOTATION_LAST_START: started}
+    return {**podgroup, "metadata": metadata}

@@ -311,6 +311,40 @@ async def test_plain_job_is_scheduled_end_to_end(podgrouper, shoal, kube, namesp
     assert pg["spec"]["minMember"] == 2 and pg["spec"]["queue"] == queue
 
 
+async def test_bare_pods_are_bound_and_their_podgroups_say_when_they_started(podgrouper, shoal, kube, namespace,
+                                                                           queue, node_pool, gpu_nodes):
+    """A bare pod is scheduled without waiting for the podgrouper's PodGroup and pod patch; whichever comes
+    first, the bind or the PodGroup, each pod ends annotated with its PodGroup, which carries the start stamp
+    (kai.scheduler/last-start-timestamp) that min-runtime protection reads."""
+    await gpu_nodes(2, gpus=4)
+    labels = {"kai.scheduler/queue": queue, "kai.scheduler/node-pool": node_pool}
+    created = []
+    for i in range(6):
+        body = {"apiVersion": "v1", "kind": "Pod", **template(labels, gpus=1)}
+        body["metadata"]["name"] = f"solo-{i}"
+        created.append(await kube.create(PODS, body, namespace=namespace))
+
+    async def bound() -> list[dict] | None:
+        pods = await pods_of(kube, namespace, "solo-")
+        return pods if len(pods) == 6 and all(p["spec"].get("nodeName") for p in pods) else None
+
+    await eventually(bound, timeout_s=120, what="6 bare pods bound")
+    pods = await grouped(kube, namespace, "solo-", 6)
+    expected = {c["metadata"]["name"]: f"pg-{c['metadata']['name']}-{c['metadata']['uid']}" for c in created}
+    assert {p["metadata"]["name"]: annotation(p) for p in pods} == expected
+
+    async def stamped() -> list[dict] | None:
+        groups = [await podgroup(kube, namespace, name) for name in expected.values()]
+        ok = all((g["metadata"].get("annotations") or {}).get("kai.scheduler/last-start-timestamp") for g in groups)
+        return groups if ok else None
+
+    groups = await eventually(stamped, timeout_s=60, what="every bare pod's PodGroup with its start stamp")
+    for g in groups:
+        assert g["spec"]["minMember"] == 1 and g["spec"]["queue"] == queue
+        stamp = g["metadata"]["annotations"]["kai.scheduler/last-start-timestamp"]
+        assert stamp.endswith("Z") and "T" in stamp, stamp
+
+
 async def test_killed_podgrouper_converges_after_restart(stack, kube, namespace):
     """SIGKILL mid-burst, more Jobs while it is down, restart: one PodGroup per Job, every pod annotated.
     A scheduler name of its own keeps the module's podgrouper out of this test."""

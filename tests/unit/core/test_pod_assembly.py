@@ -87,7 +87,8 @@ def reference(model: ShardModel, *, config_doc, inflight, evicting, require_podg
             pod = msgspec.structs.replace(pod, managed=False, pod_group="", subgroup=None)
         else:
             group_key = f"{pod.namespace}/{pod.pod_group}"
-            if require_podgroup and not pod.node_name and not (entry.named and group_key in groups):
+            if require_podgroup and not pod.node_name and not (entry.named and group_key in groups) \
+                    and not entry.bare:
                 continue
             if group_key not in groups:
                 if entry.named and pod.subgroup != entry.missing_subgroup:

@@ -182,6 +182,51 @@ async def test_skipped_and_bare_pods():
     assert ("podgroups", "ns", "pg-solo-u1") in kube.store
 
 
+def bare_pod(name="solo", node=None, scheduled_at=None):
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+           "spec": {"schedulerName": "shoal-scheduler", "containers": [{"name": "c"}]}, "status": {}}
+    if node:
+        obj["spec"]["nodeName"] = node
+    if scheduled_at:
+        obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at}]
+    return obj
+
+
+LAST_START = "kai.scheduler/last-start-timestamp"
+
+
+async def test_a_podgroup_made_for_a_bound_pod_carries_its_start_stamp():
+    """A bare pod is scheduled without waiting for its PodGroup (the scheduler's start stamp then finds no
+    PodGroup to annotate): the PodGroup made for a pod that is bound already says when the pod started."""
+    bound = bare_pod(node="n1", scheduled_at="2026-12-05T10:00:00Z")
+    kube = FakeKube([bound])
+    assert await grouper(kube).reconcile(bound) == "grouped"
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    assert pg["metadata"]["annotations"][LAST_START] == "2026-12-05T10:00:00Z"
+    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo")]
+    pending = bare_pod("waiting")
+    kube = FakeKube([pending])
+    assert await grouper(kube).reconcile(pending) == "grouped"
+    assert LAST_START not in kube.store[("podgroups", "ns", "pg-waiting-uid-waiting")]["metadata"].get("annotations", {})
+
+
+async def test_a_bind_between_the_read_and_the_pod_patch_stamps_the_new_podgroup():
+    """Read unbound, bound before the podgrouper's pod patch (whose answer shows it): the PodGroup it has just
+    created gets the pod's start stamp, which the scheduler's own stamp may have missed."""
+    read = bare_pod()
+    kube = FakeKube([bare_pod(node="n1", scheduled_at="2026-12-05T10:00:01Z")])  # the cluster has it bound
+    assert await grouper(kube).reconcile(read) == "grouped"
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    assert pg["metadata"]["annotations"][LAST_START] == "2026-12-05T10:00:01Z"
+    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo"),
+                           ("patch", "podgroups", "pg-solo-uid-solo")]
+    # an owned pod waits for its PodGroup before it is scheduled: no race, no stamp from the podgrouper
+    p = pod()
+    kube = FakeKube([JOB, {**p, "spec": {**p["spec"], "nodeName": "n1"}}])
+    assert await grouper(kube).reconcile(p) == "grouped"
+    assert LAST_START not in kube.store[("podgroups", "ns", "pg-train-job-uid")]["metadata"].get("annotations", {})
+
+
 async def test_skip_podgrouper_is_honoured_and_a_pod_without_pod_group_name_is_reported():
     grove = pod("prefill-0")
     grove["metadata"]["annotations"] = {"pod-group-name": "gang", "kai.scheduler/skip-podgrouper": "true"}

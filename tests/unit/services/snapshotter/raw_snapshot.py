@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 
+from shoal.core.ingest.grouping import skips_podgrouper
 from shoal.messages.snapshot import InFlightBind
 
 GPU_GROUP_LABEL = "runai-gpu-group"
@@ -101,6 +102,8 @@ def _pod_in_shard(pod: Mapping, shard: str, nodes: set[str], scheduler_name: str
         return True
     meta = pod.get("metadata") or {}
     named = (meta.get("annotations") or {}).get("pod-group-name")
+    if not named and not meta.get("ownerReferences") and not skips_podgrouper(pod):
+        return True  # bare: grouped by the pod alone, it need not wait for the podgrouper's PodGroup
     return bool(named) and f"{meta.get('namespace') or 'default'}/{named}" in groups
 
 

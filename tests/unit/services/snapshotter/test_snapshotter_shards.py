@@ -45,6 +45,9 @@ def pod(i: int, draw_fields: dict) -> dict:
         meta["labels"]["kai.scheduler/subgroup-name"] = f["subgroup"]
     if f["skip"]:
         meta["annotations"]["kai.scheduler/skip-podgrouper"] = "true"
+    if f.get("owned"):
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": f"job{i}", "uid": f"job-{i}",
+                                    "controller": True}]
     resources: dict = {"requests": {"cpu": "1", "memory": "1Gi"}}
     if f["gpu"] == "whole":
         resources["limits"] = {"nvidia.com/gpu": "1"}
@@ -92,6 +95,7 @@ pod_fields = st.fixed_dictionaries({
     "phase": st.sampled_from(["Pending", "Running", "Succeeded"]),
     "priority": st.sampled_from([None, "urgent", "train"]),
     "skip": st.sampled_from([False, False, True]),  # kai.scheduler/skip-podgrouper: its PodGroup is made elsewhere
+    "owned": st.booleans(),  # a Job's pod (else bare: scheduled without waiting for the podgrouper's writes)
 })
 
 event = st.one_of(

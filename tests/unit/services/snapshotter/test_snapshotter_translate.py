@@ -12,15 +12,17 @@ def node(name, pool=None):
             "status": {"allocatable": {"nvidia.com/gpu": "2"}, "images": ["x"]}}
 
 
-def pod(name, *, node=None, scheduler="shoal-scheduler", pool=None, phase="Pending", group=None):
+def pod(name, *, node=None, scheduler="shoal-scheduler", pool=None, phase="Pending", group=None, job=None):
     labels = {"kai.scheduler/node-pool": pool} if pool else {}
     annotations = {"pod-group-name": group} if group else {}
     spec = {"schedulerName": scheduler, "containers": [{"name": "c", "image": "busybox", "resources": {}}]}
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels,
-                         "annotations": annotations},
+    metadata = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels, "annotations": annotations}
+    if job:
+        metadata["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": f"uid-{job}",
+                                        "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
             "spec": spec, "status": {"phase": phase, "hostIP": "1.2.3.4"}}
 
 
@@ -57,15 +59,22 @@ def test_a_bound_pod_follows_its_node_to_another_pool_and_a_finished_pod_leaves(
     assert names(shards, "b") == [("Node", "n1")]
 
 
-def test_with_require_podgroup_a_pending_pod_waits_for_its_podgroup():
+def test_with_require_podgroup_a_pending_pod_waits_for_its_podgroup_unless_bare():
+    """An owned pod waits for the PodGroup the podgrouper makes from its owners; a bare pod (no owner, no
+    pod-group-name) is grouped by the pod alone, so it is scheduled at once in the PodGroup the podgrouper is
+    making for it (same name, minMember 1), without waiting for the podgrouper's two writes."""
     shards = fed(node("a1", "a"), pod("grouped", pool="a", group="pg"), pod("named-missing", pool="a", group="later"),
                  pod("ungrouped", pool="a"), pod("bound-ungrouped", node="a1", pool="a"),
+                 pod("job-pod", pool="a", job="train"),
                  {"kind": "PodGroup", "apiVersion": "scheduling.run.ai/v2alpha2",
                   "metadata": {"name": "pg", "namespace": "ns", "labels": {"kai.scheduler/node-pool": "a"}}})
     waiting = assemble(shards.model("a"), now=NOW, require_podgroup=True).snapshot
-    assert [p.name for p in waiting.pods] == ["bound-ungrouped", "grouped"]
+    assert [p.name for p in waiting.pods] == ["bound-ungrouped", "grouped", "ungrouped"]
+    bare = next(p for p in waiting.pods if p.name == "ungrouped")
+    group = next(g for g in waiting.pod_groups if g.name == bare.pod_group)
+    assert bare.pod_group == "pg-ungrouped-uid-ungrouped" and group.min_member == 1
     everything = assemble(shards.model("a"), now=NOW).snapshot
-    assert [p.name for p in everything.pods] == ["bound-ungrouped", "grouped", "named-missing", "ungrouped"]
+    assert [p.name for p in everything.pods] == ["bound-ungrouped", "grouped", "job-pod", "named-missing", "ungrouped"]
 
 
 def test_a_broken_object_is_left_out_with_its_problem():

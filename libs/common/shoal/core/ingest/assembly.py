@@ -39,8 +39,8 @@ def counted(entry, managed: frozenset[str], require_podgroup: bool,
         return msgspec.structs.replace(pod, managed=False, pod_group="", subgroup=None), None, None
     group_key = f"{pod.namespace}/{pod.pod_group}"
     exists = group_key in groups
-    if require_podgroup and not pod.node_name and not (entry.named and exists):
-        return None, group_key, None  # waits until the PodGroup it names exists
+    if require_podgroup and not pod.node_name and not (entry.named and exists) and not entry.bare:
+        return None, group_key, None  # waits until the PodGroup it names exists (a bare pod is grouped here)
     if exists:
         return pod, group_key, None
     if entry.named and pod.subgroup != entry.missing_subgroup:

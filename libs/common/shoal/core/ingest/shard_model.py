@@ -25,6 +25,7 @@ from shoal.core.ingest.grouping import (
     POD_GROUP_ANNOTATION,
     SUBGROUP_LABEL,
     OwnerIndex,
+    controller_ref,
     group_pod,
     skips_podgrouper,
 )
@@ -58,6 +59,9 @@ class PodEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     named: bool = False  # pod.pod_group comes from the pod-group-name annotation
     missing_subgroup: str | None = None  # the pod's subgroup when the named PodGroup does not exist
     generated: PodGroup | None = None  # the podgrouper's PodGroup, used when none by that name exists
+    # no owner and no pod-group-name: the podgrouper groups it by the pod alone, with the rules that made
+    # `generated`, so it need not wait for the podgrouper's writes to be scheduled (`assembly.counted`)
+    bare: bool = False
 
 
 class Entries(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -132,8 +136,9 @@ def pod_entry(obj: Mapping, *, now: str, class_names: Iterable[str]) -> PodEntry
             generated = None
     pod = pod_from(obj, pod_group=name, subgroup=label_subgroup if named else missing_subgroup, managed=True,
                    now=now)
+    bare = generated is not None and not named and controller_ref(obj) is None
     return PodEntry(pod=pod, scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER), named=bool(named),
-                    missing_subgroup=missing_subgroup, generated=generated)
+                    missing_subgroup=missing_subgroup, generated=generated, bare=bare)
 
 
 def entry_of(obj: Mapping, *, now: str, class_names: Iterable[str] = ()) -> object:
@@ -252,7 +257,8 @@ def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapp
              evicting: Collection[str] = (), require_podgroup: bool = False) -> IngestResult:
     """The core Snapshot of the model. `given`: the service's settings and usage for the config (`Given`);
     `inflight`: pod uid or "ns/name" → (node, GPU groups) of binds in flight; `evicting`: uids of pods whose eviction is in flight (they count as releasing);
-    `require_podgroup`: a pending pod waits until the PodGroup it names exists (the services)."""
+    `require_podgroup`: a pending pod waits until the PodGroup it names exists (the services), except a bare
+    pod (`PodEntry.bare`), scheduled at once in the PodGroup the podgrouper is making for it."""
     problems: list[Problem] = []
     try:
         shard, settings = config_from(config_doc, given)
