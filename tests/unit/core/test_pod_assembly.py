@@ -44,7 +44,8 @@ cycle = st.fixed_dictionaries({
 # one shard and few names, so pods name PodGroups that come and go (what the kept work must follow)
 few = st.one_of(
     st.tuples(st.just("pod"), st.integers(0, 2),
-              pod_fields.map(lambda f: {**f, "pool": None, "group": 0 if f["group"] is None else f["group"] % 2})),
+              pod_fields.map(lambda f: {**f, "pool": None,
+                                        "group": f["group"] % 2 if isinstance(f["group"], int) else f["group"] or 0})),
     st.tuples(st.just("group"), st.integers(0, 1), st.integers(0, 2), st.just(None), st.integers(1, 3)),
     st.tuples(st.just("group-gone"), st.integers(0, 1), st.integers(0, 2)),
     st.tuples(st.just("node"), st.integers(0, 1), st.just(None)),

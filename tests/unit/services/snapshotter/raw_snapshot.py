@@ -102,7 +102,8 @@ def _pod_in_shard(pod: Mapping, shard: str, nodes: set[str], scheduler_name: str
         return True
     meta = pod.get("metadata") or {}
     named = (meta.get("annotations") or {}).get("pod-group-name")
-    if not named and not meta.get("ownerReferences") and not skips_podgrouper(pod):
+    own = f"pg-{meta.get('name')}-{meta.get('uid')}"  # the podgrouper's name for a bare pod's PodGroup
+    if named in (None, "", own) and not meta.get("ownerReferences") and not skips_podgrouper(pod):
         return True  # bare: grouped by the pod alone, it need not wait for the podgrouper's PodGroup
     return bool(named) and f"{meta.get('namespace') or 'default'}/{named}" in groups
 

@@ -39,7 +39,9 @@ def pod(i: int, draw_fields: dict) -> dict:
             "annotations": {}, "creationTimestamp": f"2025-12-0{1 + i % 9}T00:00:00Z"}
     if f["pool"]:
         meta["labels"]["kai.scheduler/node-pool"] = f["pool"]
-    if f["group"] is not None:
+    if f["group"] == "own":  # the podgrouper's name for a bare pod's PodGroup
+        meta["annotations"]["pod-group-name"] = f"pg-p{i}-pod-{i}"
+    elif f["group"] is not None:
         meta["annotations"]["pod-group-name"] = f"pg{f['group']}"
     if f["subgroup"]:
         meta["labels"]["kai.scheduler/subgroup-name"] = f["subgroup"]
@@ -87,7 +89,7 @@ def pdb(allowed: int) -> dict:
 
 pod_fields = st.fixed_dictionaries({
     "pool": st.sampled_from(POOLS),
-    "group": st.one_of(st.none(), st.integers(0, 5)),
+    "group": st.one_of(st.none(), st.integers(0, 5), st.just("own")),
     "subgroup": st.sampled_from([None, "workers"]),
     "gpu": st.sampled_from(["none", "whole", "fraction", "bad"]),
     "scheduler": st.sampled_from([SCHED, SCHED, "default-scheduler"]),

@@ -66,15 +66,20 @@ def test_with_require_podgroup_a_pending_pod_waits_for_its_podgroup_unless_bare(
     shards = fed(node("a1", "a"), pod("grouped", pool="a", group="pg"), pod("named-missing", pool="a", group="later"),
                  pod("ungrouped", pool="a"), pod("bound-ungrouped", node="a1", pool="a"),
                  pod("job-pod", pool="a", job="train"),
+                 # the podgrouper's annotation seen before its PodGroup (another watch): still counted
+                 pod("annotated", pool="a", group="pg-annotated-uid-annotated"),
                  {"kind": "PodGroup", "apiVersion": "scheduling.run.ai/v2alpha2",
                   "metadata": {"name": "pg", "namespace": "ns", "labels": {"kai.scheduler/node-pool": "a"}}})
     waiting = assemble(shards.model("a"), now=NOW, require_podgroup=True).snapshot
-    assert [p.name for p in waiting.pods] == ["bound-ungrouped", "grouped", "ungrouped"]
+    assert [p.name for p in waiting.pods] == ["annotated", "bound-ungrouped", "grouped", "ungrouped"]
     bare = next(p for p in waiting.pods if p.name == "ungrouped")
     group = next(g for g in waiting.pod_groups if g.name == bare.pod_group)
     assert bare.pod_group == "pg-ungrouped-uid-ungrouped" and group.min_member == 1
+    annotated = next(p for p in waiting.pods if p.name == "annotated")
+    assert any(g.name == annotated.pod_group == "pg-annotated-uid-annotated" for g in waiting.pod_groups)
     everything = assemble(shards.model("a"), now=NOW).snapshot
-    assert [p.name for p in everything.pods] == ["bound-ungrouped", "grouped", "job-pod", "named-missing", "ungrouped"]
+    assert [p.name for p in everything.pods] == ["annotated", "bound-ungrouped", "grouped", "job-pod",
+                                                 "named-missing", "ungrouped"]
 
 
 def test_a_broken_object_is_left_out_with_its_problem():

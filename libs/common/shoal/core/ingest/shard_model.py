@@ -59,8 +59,8 @@ class PodEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     named: bool = False  # pod.pod_group comes from the pod-group-name annotation
     missing_subgroup: str | None = None  # the pod's subgroup when the named PodGroup does not exist
     generated: PodGroup | None = None  # the podgrouper's PodGroup, used when none by that name exists
-    # no owner and no pod-group-name: the podgrouper groups it by the pod alone, with the rules that made
-    # `generated`, so it need not wait for the podgrouper's writes to be scheduled (`assembly.counted`)
+    # no owner, and no pod-group-name but the podgrouper's own: the podgrouper groups it by the pod alone, with
+    # the rules that made `generated`, so it need not wait for the podgrouper's writes (`assembly.counted`)
     bare: bool = False
 
 
@@ -123,20 +123,24 @@ def pod_entry(obj: Mapping, *, now: str, class_names: Iterable[str]) -> PodEntry
     named = str(annotations.get(POD_GROUP_ANNOTATION) or "")
     label_subgroup = str(labels[SUBGROUP_LABEL]) if labels.get(SUBGROUP_LABEL) else None
     generated: PodGroup | None = None
+    bare = False
     if skips_podgrouper(obj):  # its PodGroup is made elsewhere: only the one it names, if any
         name, missing_subgroup = named, label_subgroup
     else:
         grouping = group_pod(obj, _NO_OWNERS, list(class_names))
-        name = named or str(grouping.podgroup["metadata"]["name"])
+        own_name = str(grouping.podgroup["metadata"]["name"])
+        name = named or own_name
         missing_subgroup = label_subgroup if label_subgroup is not None else grouping.subgroup
         grouping.podgroup["metadata"]["name"] = name
         try:
             generated = podgroup_from(grouping.podgroup, now)
         except IngestError:
             generated = None
+        # the podgrouper's own pod-group-name (same name) leaves it bare: the pod's annotation may be seen before
+        # its PodGroup (two watches), and a pod in flight must never drop out of the snapshot meanwhile
+        bare = generated is not None and controller_ref(obj) is None and name == own_name
     pod = pod_from(obj, pod_group=name, subgroup=label_subgroup if named else missing_subgroup, managed=True,
                    now=now)
-    bare = generated is not None and not named and controller_ref(obj) is None
     return PodEntry(pod=pod, scheduler=str(spec.get("schedulerName") or DEFAULT_SCHEDULER), named=bool(named),
                     missing_subgroup=missing_subgroup, generated=generated, bare=bare)
 
