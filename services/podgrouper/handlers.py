@@ -184,13 +184,13 @@ class PodGrouper:
         grouping = rules.group_pod(pod, rules.OwnerIndex(owners), await self.priority_classes())
         desired = t.desired_podgroup(grouping, pod)
         started = t.start_stamp(pod)  # a pod bound already: its new PodGroup says when it started
-        created = await self.ensure_podgroup(desired, started=started)
-        changed = bool(created)
+        written = await self.ensure_podgroup(desired, started=started)
+        changed = bool(written)
         patch = t.pod_patch(pod, grouping)
         if patch is not None:
             # a bare pod is scheduled without waiting for these writes: its bind may land between the read
             # above and this patch, after the scheduler's start stamp found no PodGroup; the answer tells
-            racing = created == CREATED and started is None and rules.controller_ref(pod) is None
+            racing = written == CREATED and started is None and rules.controller_ref(pod) is None
             try:
                 answer = await self.kube.patch(k.PODS, t.meta(pod)["name"], patch,
                                                namespace=t.meta(pod).get("namespace"), answer=racing)

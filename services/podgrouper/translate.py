@@ -178,7 +178,7 @@ def start_stamp(pod: Mapping) -> str | None:
         if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled" \
                 and condition.get("status") == "True" and condition.get("lastTransitionTime"):
             return str(condition["lastTransitionTime"])
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_now()
 
 
 def with_start_stamp(podgroup: dict, started: str | None) -> dict:
