@@ -94,6 +94,7 @@ class Binder(Publishing, SharedGpus, Evictions):
     _applying: dict[str, asyncio.Future] = field(default_factory=dict)  # shard → its latest plan under way
     _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
     _made: set[str] = field(default_factory=set)  # reservation pods made here and not yet seen by the watch
+    _creating: dict[str, asyncio.Future] = field(default_factory=dict)  # reservation pod → its create under way
 
     def __post_init__(self) -> None:
         self.bind_failures = BindFailures(self.kube)  # the bind back-off's count on the PodGroup
@@ -130,23 +131,21 @@ class Binder(Publishing, SharedGpus, Evictions):
             work.exception()  # retrieved: the consumer (or on_plan) reports it
 
     async def _reserve_and_bind(self, plan: PlanIssued) -> list[float]:
-        """Reservations first, then binds; within a phase ops are independent of each other (two binds into
-        one new shared GPU both find its single reservation pod), so they run concurrently, bounded by
-        `parallel`. BindResults and decisions are sent without waiting for each (the producer batches them)
-        and awaited together at the end of each phase."""
-        started, phases = time.perf_counter(), []
+        """Reservations and binds together, concurrently, bounded by `parallel`: a whole-GPU bind waits for no
+        reservation pod, and a fraction's bind waits only for its own GPUs' (a create under way is shared, so
+        one new shared GPU gets one create whatever its binds: `SharedGpus._create_reservation`).
+        BindResults and decisions are sent without waiting for each (the producer batches them) and awaited
+        together at the end."""
+        started = time.perf_counter()
         binds = [op for op in plan.ops if isinstance(op, Bind)]
         try:
-            for phase in ([op for op in plan.ops if isinstance(op, Reserve)], binds):
-                if phase is binds and binds:  # every lease in one read, each checked when its bind goes out
-                    self._leases[plan.plan_id] = await self.inflight.get_many(plan.shard,
-                                                                             [op.pod_uid for op in binds])
-                await self._concurrently(plan, phase)
-                await self._flush(plan.plan_id)
-                phases.append(round(time.perf_counter() - started, 3))
+            if binds:  # every lease in one read, each checked when its bind goes out
+                self._leases[plan.plan_id] = await self.inflight.get_many(plan.shard, [op.pod_uid for op in binds])
+            await self._concurrently(plan, [*(op for op in plan.ops if isinstance(op, Reserve)), *binds])
+            await self._flush(plan.plan_id)
         finally:
             self._leases.pop(plan.plan_id, None)
-        return phases
+        return [round(time.perf_counter() - started, 3)]
 
     async def _finish(self, plan: PlanIssued, binds: asyncio.Future, before: asyncio.Future | None) -> None:
         """After the plan's binds: its events at once (what they say holds whatever another plan does); then,

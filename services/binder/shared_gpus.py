@@ -40,6 +40,7 @@ class SharedGpus(Writes):
     reservation_grace_s: float
     reservations: ReservationWatch | None
     _made: set[str]
+    _creating: dict[str, asyncio.Future]
     _reservations: Counter
 
     async def prepare_fraction(self, op: Bind, mode: str = DEFAULT_MODE) -> None:
@@ -108,6 +109,16 @@ class SharedGpus(Writes):
         return name in self._made
 
     async def _create_reservation(self, node: str, group: str, compute_mode: str | None) -> None:
+        """Create the GPU's reservation pod; a create of it already under way here is awaited, not repeated
+        (a plan's Reserve and its fractions' binds run side by side)."""
+        name = ko.reservation_name(node, group)
+        pending = self._creating.get(name)
+        if pending is None:
+            pending = self._creating[name] = asyncio.ensure_future(self._post_reservation(node, group, compute_mode))
+            pending.add_done_callback(lambda _: self._creating.pop(name, None))
+        await asyncio.shield(pending)
+
+    async def _post_reservation(self, node: str, group: str, compute_mode: str | None) -> None:
         name = ko.reservation_name(node, group)
         ns = self.reservation_namespace
         try:

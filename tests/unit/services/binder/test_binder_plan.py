@@ -391,3 +391,44 @@ async def test_a_reserved_gpu_gets_one_reservation_create_for_its_plan_and_its_b
     kube.calls.clear()
     assert await b.ensure_reservation("n1", "g1", wait=True) == "GPU-1"
     assert kube.calls.count(("create", "pods", None)) == 1
+
+
+class HeldReservationKube(ReservingKube):
+    """Reservation pod creates wait for `gate`; everything else answers at once."""
+
+    def __init__(self, pods):
+        super().__init__(pods)
+        self.gate = asyncio.Event()
+        self.reservation_posts = 0
+
+    async def create(self, resource, body, *, namespace=None, name=None, subresource=None, **kwargs):
+        if resource.plural == "pods" and subresource is None:
+            self.reservation_posts += 1
+            await self.gate.wait()
+        return await super().create(resource, body, namespace=namespace, name=name, subresource=subresource)
+
+
+async def test_a_whole_gpu_bind_does_not_wait_for_the_plans_reservation_pods():
+    """A plan's reservations and binds go out together: the whole-GPU pod is bound while the new shared GPU's
+    reservation pod is still being created, and the fraction into that GPU waits for that one create (it
+    posts none of its own) and is bound once the create is answered."""
+    from shoal.core.plan import Reserve
+
+    ops = [Reserve(node="n1", gpu_group="g1", gpu_index=0),
+           Bind(pod="ns/p0", pod_uid="uid-0", node="n1", gpu_groups=("g1",), fraction="0.50",
+                received_resource_type="Fraction"),
+           Bind(pod="ns/p1", pod_uid="uid-1", node="n1")]
+    inflight = FakeInFlight({f"uid-{i}": InFlightBind(pod=f"ns/p{i}", pod_uid=f"uid-{i}", node="n1",
+                                                      plan_id="plan-1", expires_at=1e12) for i in range(2)})
+    kube, bus = HeldReservationKube(pods(2)), GatedBus()
+    bus.gate.set()
+    work = asyncio.ensure_future(binder(kube, inflight, bus, parallel=8).on_plan(plan_of(ops), DELIVERY))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert kube.bound == {"ns/p1"}, "the whole-GPU bind went out while the reservation pod was being created"
+    assert kube.reservation_posts == 1, "the fraction waits for the Reserve's create, it posts none of its own"
+    kube.gate.set()
+    await work
+    assert kube.bound == {"ns/p0", "ns/p1"}
+    assert kube.reservation_posts == 1
+    assert sum(1 for key in kube.pods if key.startswith("kai-resource-reservation/")) == 1
