@@ -243,7 +243,7 @@ class Binder(Publishing, SharedGpus, Evictions):
                 await self.prepare_fraction(op, self.sharing_mode_of(plan.shard))
                 if not await self._still_leased(plan, op):
                     return  # the lease ran out meanwhile: a newer plan may have used these GPUs
-            await self.kube.create(k.PODS, ko.binding(op.pod, op.node), namespace=namespace, name=name,
+            await self.kube.create(k.PODS, ko.binding(op.pod, op.node, op.pod_group), namespace=namespace, name=name,
                                    subresource="binding", answer=False)
         except ConflictError:
             current = await self._get(k.PODS, op.pod)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shoal.core.ingest import gpu_env
-from shoal.core.kai_labels import GPU_GROUP_LABEL
+from shoal.core.kai_labels import GPU_GROUP_LABEL, POD_GROUP_ANNOTATION
 from shoal.core.model import (
     ANNOTATION_BIND_FAILURES,
     ANNOTATION_LAST_BIND_ERROR,
@@ -31,9 +31,16 @@ def split(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def binding(pod: str, node: str) -> dict:
+def binding(pod: str, node: str, pod_group: str = "") -> dict:
+    """The pod's Binding to `node`; with `pod_group` ("ns/name"), it also carries the pod-group-name annotation,
+    which the apiserver copies onto the pod in the same write: a bare pod bound before the podgrouper annotated
+    it needs no second write for it (the podgrouper finds it there)."""
     namespace, name = split(pod)
-    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+    metadata: dict = {"name": name, "namespace": namespace}
+    group = split(pod_group)[1] if pod_group else ""
+    if group:
+        metadata["annotations"] = {POD_GROUP_ANNOTATION: group}
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 
 

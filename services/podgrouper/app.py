@@ -23,7 +23,8 @@ def build(settings: PodGrouperSettings) -> web.Application:
     async def wiring(app: web.Application) -> AsyncIterator[None]:
         api = await k.connect_kube(settings.kube)
         grouper = PodGrouper(kube=k.Kube(api, request_timeout_s=settings.kube.request_timeout_s), metrics=metrics,
-                             workers=settings.workers, retry_max_s=settings.retry_max_s)
+                             workers=settings.workers, retry_max_s=settings.retry_max_s,
+                             bare_annotate_delay_s=settings.bare_annotate_delay_s)
         app[GROUPER] = grouper
         readiness.add("pods_listed", lambda: grouper.ready(settings.scheduler_names))
         try:

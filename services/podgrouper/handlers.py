@@ -30,6 +30,7 @@ log = get_logger("services.podgrouper")
 CORE_EVENTS = k.Resource("", "v1", "events", "Event")
 MAX_OWNER_DEPTH = 10
 CREATED, PATCHED = "created", "patched"  # what ensure_podgroup wrote ("" when nothing)
+DEFERRED = "deferred"  # a pending bare pod's annotation waits for its bind (`reconcile`)
 
 
 class OwnerUnavailable(Exception):
@@ -46,6 +47,7 @@ class PodGrouper:
     priority_class_ttl_s: float = 30.0
     event_dedupe_s: float = 300.0
     cache_ttl_s: float = 5.0  # owners read and PodGroups found in line are trusted this long (bursts of pods)
+    bare_annotate_delay_s: float = 2.0  # a pending bare pod's pod-group-name waits this long for its binding's
     latest: dict[str, dict] = field(default_factory=dict)  # pod key → newest object, until it is handled
     synced: set[str] = field(default_factory=set)  # scheduler names whose first list is in
     _done: dict[str, str] = field(default_factory=dict)  # pod key → uid grouped by this process
@@ -56,6 +58,9 @@ class PodGrouper:
     _again: set[str] = field(default_factory=set)
     _attempts: dict[str, int] = field(default_factory=dict)
     _retry_handles: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    _deferred: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # pod key → its deferral's end
+    _due: set[str] = field(default_factory=set)  # pod keys whose deferral has ended
+    _unstamped: set[str] = field(default_factory=set)  # bare pods whose PodGroup was made here before their bind
     _priority_classes: tuple[float, frozenset[str]] = (-1e9, frozenset())
     _events: dict[tuple[str, str], float] = field(default_factory=dict)
     _owners: dict[str, tuple[float, dict]] = field(default_factory=dict)  # owner path → (read at, object)
@@ -102,6 +107,25 @@ class PodGrouper:
         handle = self._retry_handles.pop(key, None)
         if handle is not None:
             handle.cancel()
+        self._end_deferral(key)
+
+    def _end_deferral(self, key: str) -> None:
+        handle = self._deferred.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        self._due.discard(key)
+        self._unstamped.discard(key)
+
+    def _defer(self, key: str) -> None:
+        """Handle the pod again when its deferral ends (or sooner, on news of it from the watch)."""
+        if key not in self._deferred:
+            self._deferred[key] = asyncio.get_running_loop().call_later(self.bare_annotate_delay_s, self._deferral_ended,
+                                                                       key)
+
+    def _deferral_ended(self, key: str) -> None:
+        self._deferred.pop(key, None)
+        self._due.add(key)
+        self.mark(key)
 
     def mark(self, key: str) -> None:
         if key in self._processing:
@@ -153,9 +177,13 @@ class PodGrouper:
             handle = self._retry_handles.pop(key, None)
             if handle is not None:
                 handle.cancel()
-            self._done[key] = str(t.meta(pod).get("uid"))
-            if self.latest.get(key) is pod:  # no newer object arrived meanwhile: nothing left to keep
-                del self.latest[key]
+            if outcome == DEFERRED:
+                self._defer(key)  # the pod stays to be handled: its watch events and the deferral's end bring it
+            else:
+                self._end_deferral(key)
+                self._done[key] = str(t.meta(pod).get("uid"))
+                if self.latest.get(key) is pod:  # no newer object arrived meanwhile: nothing left to keep
+                    del self.latest[key]
         self._outcomes.labels(outcome=outcome).inc()
 
     def _retry(self, key: str, why: str) -> None:
@@ -170,7 +198,14 @@ class PodGrouper:
 
     # ---- one pod -----------------------------------------------------------------------------------
     async def reconcile(self, pod: dict) -> str:
-        """Group one pod; returns the outcome ("grouped", "unchanged", "skipped:<why>")."""
+        """Group one pod; returns the outcome ("grouped", "unchanged", "skipped:<why>", DEFERRED).
+
+        A bare pod is scheduled without waiting for the podgrouper (`shoal.core.ingest.shard_model`), and the
+        binder's Binding carries its pod-group-name (the apiserver copies it onto the pod in the bind's own
+        write). So its PodGroup is made at once, while its annotation waits up to `bare_annotate_delay_s` for
+        the bind: a pod bound by then needs no pod patch (one write and a watch event per watcher fewer), and
+        one still pending gets it then. The scheduler stamps the PodGroup's start on the bind; a PodGroup made
+        here before the bind is checked for that stamp when the wait ends (the bind may have come first)."""
         reason = t.skip_reason(pod)
         if reason is None:
             owners = await self.owner_chain(pod)
@@ -184,13 +219,23 @@ class PodGrouper:
         grouping = rules.group_pod(pod, rules.OwnerIndex(owners), await self.priority_classes())
         desired = t.desired_podgroup(grouping, pod)
         started = t.start_stamp(pod)  # a pod bound already: its new PodGroup says when it started
-        written = await self.ensure_podgroup(desired, started=started)
+        key, bare = t.pod_key(pod), rules.controller_ref(pod) is None
+        # a bare pod's PodGroup is ensured once, from the pod as first seen: the labels its bind adds
+        # (runai-gpu-group) are no PodGroup metadata
+        again = bare and (key in self._deferred or key in self._due)
+        written = "" if again else await self.ensure_podgroup(desired, started=started)
         changed = bool(written)
+        if written == CREATED and started is None and bare:
+            self._unstamped.add(key)  # made before the bind: the scheduler's start stamp may find no PodGroup
         patch = t.pod_patch(pod, grouping)
+        if bare and self.bare_annotate_delay_s > 0 and key not in self._due and \
+                (started is None or patch is None) and (patch is not None or key in self._unstamped):
+            return DEFERRED
         if patch is not None:
-            # a bare pod is scheduled without waiting for these writes: its bind may land between the read
-            # above and this patch, after the scheduler's start stamp found no PodGroup; the answer tells
-            racing = written == CREATED and started is None and rules.controller_ref(pod) is None
+            # its bind may land between the read above and this patch, after the scheduler's start stamp found
+            # no PodGroup; the answer tells
+            racing = key in self._unstamped
+            self._unstamped.discard(key)
             try:
                 answer = await self.kube.patch(k.PODS, t.meta(pod)["name"], patch,
                                                namespace=t.meta(pod).get("namespace"), answer=racing)
@@ -201,6 +246,9 @@ class PodGrouper:
             late = t.start_stamp(answer) if racing and answer else None
             if late is not None:
                 await self._stamp_start(desired, late)
+        elif started is not None and key in self._unstamped:  # annotated by its binding, PodGroup made before
+            self._unstamped.discard(key)
+            await self._stamp_unless_stamped(desired, started)
         if changed:
             log.info("pod_grouped", pod=t.pod_key(pod), podgroup=desired["metadata"]["name"],
                      subgroup=grouping.subgroup, min_member=desired["spec"].get("minMember"),
@@ -259,6 +307,17 @@ class PodGrouper:
             self._writes.labels(kind="podgroup_patch").inc()
         except NotFoundError:
             pass  # gone with its pod
+
+    async def _stamp_unless_stamped(self, desired: dict, started: str) -> None:
+        """The start stamp on a PodGroup that has none (read from the apiserver's cache: the scheduler's own
+        stamp went out just after the bind, well before this read)."""
+        meta = desired["metadata"]
+        try:
+            current = await self.kube.get(k.PODGROUPS, meta["name"], namespace=meta["namespace"], cached=True)
+        except NotFoundError:
+            return  # gone with its pod
+        if not (t.meta(current).get("annotations") or {}).get(LAST_START):
+            await self._stamp_start(desired, started)
 
     async def ensure_podgroup(self, desired: dict, *, started: str | None = None) -> str:
         """Create the PodGroup or patch the fields it owns: CREATED, PATCHED or "" (nothing written). A
@@ -353,4 +412,4 @@ class PodGrouper:
 
     def stats(self) -> dict[str, Any]:
         return {"pods": len(self._names), "pending": len(self.latest), "queued": len(self._queued),
-                "retrying": len(self._retry_handles)}
+                "retrying": len(self._retry_handles), "deferred": len(self._deferred)}

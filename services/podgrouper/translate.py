@@ -54,7 +54,8 @@ def skip_reason(pod: Mapping, owners: Iterable[Mapping] = ()) -> str | None:
     - `kai.scheduler/skip-podgrouper: "true"` on the pod or an owner (KAI: the pod or any owner's annotation):
       an external PodGroup, made by Grove's KAI backend or a user; without `pod-group-name` the pod can never
       be scheduled, which the caller reports (`SKIPPED_UNNAMED`);
-    - a bare pod that already names its PodGroup (as KAI: an orphan pod with a PodGroup is left alone).
+    - a bare pod that already names its PodGroup (as KAI: an orphan pod with a PodGroup is left alone), unless
+      the name is the podgrouper's own for it (its binding carried it before the podgrouper was done).
     """
     m = meta(pod)
     if m.get("deletionTimestamp"):
@@ -64,7 +65,7 @@ def skip_reason(pod: Mapping, owners: Iterable[Mapping] = ()) -> str | None:
     named = _map(m.get("annotations")).get(rules.POD_GROUP_ANNOTATION)
     if rules.skips_podgrouper(pod, owners):
         return "skip-podgrouper" if named else SKIPPED_UNNAMED
-    if named and rules.controller_ref(pod) is None:
+    if named and rules.controller_ref(pod) is None and named != rules.bare_podgroup_name(pod):
         return "bare pod with pod-group-name"
     return None
 

@@ -11,6 +11,7 @@ import json
 import tempfile
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
 RAYCLUSTERS = Resource("ray.io", "v1", "rayclusters", "RayCluster")
 CORE_EVENTS = Resource("", "v1", "events", "Event")
+BARE_ANNOTATE_DELAY_S = 10  # a pending bare pod's annotation waits this long for its bind (the module's podgrouper)
 
 
 async def install_crds(kubeconfig: str) -> None:
@@ -67,7 +69,8 @@ def podgrouper(stack: Any) -> Iterator[Path]:
     asyncio.run(install_base(stack.kubeconfig))
     asyncio.run(install_crds(stack.kubeconfig))
     state = Path(tempfile.mkdtemp(prefix="shoal-podgrouper-"))
-    spec = service_spec("podgrouper", {**stack.env(), "SHOAL_RETRY_MAX_S": "5"})
+    spec = service_spec("podgrouper", {**stack.env(), "SHOAL_RETRY_MAX_S": "5",
+                                       "SHOAL_BARE_ANNOTATE_DELAY_S": str(BARE_ANNOTATE_DELAY_S)})
     with service_process(state, spec):
         yield state
 
@@ -343,6 +346,21 @@ async def test_bare_pods_are_bound_and_their_podgroups_say_when_they_started(pod
         assert g["spec"]["minMember"] == 1 and g["spec"]["queue"] == queue
         stamp = g["metadata"]["annotations"]["kai.scheduler/last-start-timestamp"]
         assert stamp.endswith("Z") and "T" in stamp, stamp
+    # a pod bound well within the podgrouper's wait got its pod-group-name from its Binding, in the bind's own
+    # write: no patch ever owned the field (a Binding leaves no managedFields entry; a patch would)
+    early = [p for p in pods if seconds_to_bind(p) < BARE_ANNOTATE_DELAY_S - 3]
+    assert early, [seconds_to_bind(p) for p in pods]
+    for p in early:
+        writers = [m.get("manager") for m in p["metadata"].get("managedFields") or []
+                   if "f:pod-group-name" in ((m.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations", {})]
+        assert writers == [], (p["metadata"]["name"], writers)
+
+
+def seconds_to_bind(pod: dict) -> float:
+    """From the pod's creation to its PodScheduled condition (both to the second)."""
+    scheduled = next(c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    created = pod["metadata"]["creationTimestamp"]
+    return (datetime.fromisoformat(scheduled) - datetime.fromisoformat(created)).total_seconds()
 
 
 async def test_killed_podgrouper_converges_after_restart(stack, kube, namespace):

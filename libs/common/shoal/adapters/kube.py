@@ -279,9 +279,12 @@ class Kube:
         return await kube_call(lambda: self.request(method, path, **kwargs), idempotent=idempotent, what=what)
 
     async def get(self, resource: Resource, name: str, *, namespace: str | None = None,
-                  subresource: str | None = None) -> dict[str, Any]:
+                  subresource: str | None = None, cached: bool = False) -> dict[str, Any]:
+        """One object; `cached`: as the apiserver's watch cache has it (resourceVersion=0: no etcd read, and
+        possibly a few milliseconds behind)."""
         return await self._call(True, f"get {resource.plural}/{name}", "GET",
-                                resource.path(namespace, name, subresource))
+                                resource.path(namespace, name, subresource),
+                                query={"resourceVersion": "0"} if cached else None)
 
     async def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
                    field_selector: str | None = None, page_size: int = 500) -> tuple[list[dict[str, Any]], str]:

@@ -24,6 +24,7 @@ class FakeKube:
         self.calls: list[tuple] = []
         self.bound: set[str] = set()
         self.created_events: list[dict] = []
+        self.bindings: list[dict] = []
 
     async def get(self, resource, name, *, namespace=None, **kwargs):
         self.calls.append(("get", resource.plural, f"{namespace}/{name}"))
@@ -36,6 +37,7 @@ class FakeKube:
         self.calls.append(("create", resource.plural, subresource))
         if subresource == "binding":
             self.bound.add(f"{namespace}/{name}")
+            self.bindings.append(body)
         elif resource.plural == "events":
             self.created_events.append(body)
         return body
@@ -123,6 +125,23 @@ async def test_binds_do_not_wait_for_their_publishes_and_the_plan_is_marked_afte
     results = [m for _, m in bus.done if isinstance(m, BindResult)]
     assert sorted(r.pod for r in results) == ["ns/p0", "ns/p1", "ns/p2"] and all(r.ok for r in results)
     assert len(bus.done) == 6  # a BindResult and a "bound" decision per pod
+
+
+async def test_a_binding_carries_the_pods_podgroup_name_so_a_bare_pod_needs_no_second_write():
+    """The apiserver copies a Binding's annotations onto the pod in the bind's own write: the pod-group-name the
+    podgrouper would patch onto a bare pod comes with the bind (the same name for a pod that names it)."""
+    ops = [Bind(pod="ns/p0", pod_uid="uid-0", node="n1", pod_group="ns/pg-p0-uid-0"),
+           Bind(pod="ns/p1", pod_uid="uid-1", node="n1")]  # a plan from before it named the PodGroup
+    inflight = FakeInFlight({op.pod_uid: InFlightBind(pod=op.pod, pod_uid=op.pod_uid, node="n1", plan_id="plan-1",
+                                                      expires_at=1e12) for op in ops})
+    kube, bus = FakeKube(pods(2)), GatedBus()
+    bus.gate.set()
+    await binder(kube, inflight, bus).on_plan(plan_of(ops), DELIVERY)
+    by_pod = {b["metadata"]["name"]: b for b in kube.bindings}
+    assert by_pod["p0"]["metadata"]["annotations"] == {"pod-group-name": "pg-p0-uid-0"}
+    assert by_pod["p0"]["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    assert "annotations" not in by_pod["p1"]["metadata"]
+    assert [c for c in kube.calls if c[1] == "pods" and c[0] == "patch"] == []
 
 
 async def test_a_bind_reads_no_pod_and_its_event_names_the_ops_uid():

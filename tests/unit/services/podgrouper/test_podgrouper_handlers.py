@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 
 import pytest
@@ -30,7 +31,7 @@ class FakeKube:
         plural = plural or obj["kind"].lower() + "s"
         self.store[self.key(plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])] = copy.deepcopy(obj)
 
-    async def get(self, resource, name, *, namespace=None, subresource=None):
+    async def get(self, resource, name, *, namespace=None, subresource=None, cached=False):
         self.reads.append((resource.plural, name))
         obj = self.store.get(self.key(resource.plural, namespace, name))
         if obj is None:
@@ -85,8 +86,10 @@ def pod(name="train-a", owner_uid="job-uid", kind="Job", api_version="batch/v1",
             "spec": {"schedulerName": "shoal-scheduler", "containers": [{"name": "c"}]}}
 
 
-def grouper(kube) -> PodGrouper:
-    return PodGrouper(kube=kube, metrics=Metrics(), retry_initial_s=0.05, retry_max_s=0.1)
+def grouper(kube, bare_annotate_delay_s: float = 0.0) -> PodGrouper:
+    """A podgrouper that annotates bare pods at once unless told to wait for their bind."""
+    return PodGrouper(kube=kube, metrics=Metrics(), retry_initial_s=0.05, retry_max_s=0.1,
+                      bare_annotate_delay_s=bare_annotate_delay_s)
 
 
 async def test_reconcile_is_idempotent():
@@ -225,6 +228,91 @@ async def test_a_bind_between_the_read_and_the_pod_patch_stamps_the_new_podgroup
     kube = FakeKube([JOB, {**p, "spec": {**p["spec"], "nodeName": "n1"}}])
     assert await grouper(kube).reconcile(p) == "grouped"
     assert LAST_START not in kube.store[("podgroups", "ns", "pg-train-job-uid")]["metadata"].get("annotations", {})
+
+
+def bound_by_binding(pod: dict, node: str = "n1", at: str = "2026-12-06T03:00:00Z") -> dict:
+    """The pod as its Binding leaves it: on the node, scheduled, and carrying the pod-group-name the Binding had."""
+    out = copy.deepcopy(pod)
+    out["spec"]["nodeName"] = node
+    out["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]
+    out["metadata"].setdefault("annotations", {})["pod-group-name"] = f"pg-{pod['metadata']['name']}-{pod['metadata']['uid']}"
+    return out
+
+
+async def wait_until(check, timeout_s: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def watching_one_bare_pod(delay_s: float):
+    """A podgrouper with its workers running, handed the pending bare pod ns/solo by its watch; yields
+    (podgrouper, API, pod) once the pod's PodGroup is made."""
+    pending = bare_pod()
+    kube = FakeKube([pending])
+    g = grouper(kube, bare_annotate_delay_s=delay_s)
+    worker = asyncio.create_task(g.work())
+    try:
+        g._offer(pending, "shoal-scheduler")
+        await wait_until(lambda: ("podgroups", "ns", "pg-solo-uid-solo") in kube.store)
+        yield g, kube, pending
+    finally:
+        worker.cancel()
+
+
+async def test_a_bare_pod_bound_by_a_binding_that_names_its_podgroup_gets_no_pod_patch():
+    """The PodGroup is made at once; the pod's annotation waits for the bind, whose Binding carried it: no pod
+    patch. The PodGroup, made before the bind, is read back when the wait ends and has the scheduler's stamp."""
+    async with watching_one_bare_pod(0.2) as (g, kube, pending):
+        assert g.stats()["deferred"] == 1 and "ns/solo" not in g._done
+        bound = bound_by_binding(pending)
+        kube.put(bound)
+        stamped = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]["metadata"].setdefault("annotations", {})
+        stamped[LAST_START] = "2026-12-06T03:00:00Z"  # the scheduler's stamp, after the bind
+        g._offer(bound, "shoal-scheduler")  # the watch brings the bound pod: nothing to write yet
+        await asyncio.sleep(0.05)
+        assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo")]
+        await wait_until(lambda: "ns/solo" in g._done)  # the wait ended: the stamp is read, found, left
+        assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo")]
+        assert ("podgroups", "pg-solo-uid-solo") in kube.reads
+        assert g.stats()["deferred"] == 0 and not g._due and not g._unstamped and "ns/solo" not in g.latest
+
+
+async def test_a_bind_before_the_podgroup_and_without_the_scheduler_stamp_is_stamped_when_the_wait_ends():
+    async with watching_one_bare_pod(0.1) as (g, kube, pending):
+        bound = bound_by_binding(pending, at="2026-12-06T03:00:02Z")
+        kube.put(bound)  # the scheduler's stamp found no PodGroup: none on it
+        g._offer(bound, "shoal-scheduler")
+        await wait_until(lambda: "ns/solo" in g._done)
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    assert pg["metadata"]["annotations"][LAST_START] == "2026-12-06T03:00:02Z"
+    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "podgroups", "pg-solo-uid-solo")]
+
+
+async def test_a_bare_pod_still_pending_when_the_wait_ends_is_annotated_then():
+    async with watching_one_bare_pod(0.1) as (g, kube, _):
+        await wait_until(lambda: "ns/solo" in g._done)
+    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo")]
+    assert kube.store[("pods", "ns", "solo")]["metadata"]["annotations"]["pod-group-name"] == "pg-solo-uid-solo"
+    assert g.stats()["deferred"] == 0 and not g._due and not g._unstamped
+
+
+async def test_a_bare_pod_named_by_its_binding_before_the_podgrouper_saw_it_still_gets_its_podgroup():
+    """The podgrouper's own name on a bare pod is not a user's PodGroup (which it leaves alone): the pod was
+    bound, and its Binding named the PodGroup, before the podgrouper got to it."""
+    bound = bound_by_binding(bare_pod(), at="2026-12-06T03:00:03Z")
+    kube = FakeKube([bound])
+    g = grouper(kube, bare_annotate_delay_s=5.0)
+    assert await g.reconcile(bound) == "grouped"
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    assert pg["metadata"]["annotations"][LAST_START] == "2026-12-06T03:00:03Z"
+    assert "pod-group-name" not in pg["metadata"]["annotations"]  # the pod's membership, not PodGroup metadata
+    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo")]
+    own = copy.deepcopy(bound)
+    own["metadata"]["annotations"]["pod-group-name"] = "someone-elses"
+    assert await g.reconcile(own) == "skipped:bare pod with pod-group-name"
 
 
 async def test_skip_podgrouper_is_honoured_and_a_pod_without_pod_group_name_is_reported():

@@ -257,11 +257,14 @@ def _jobset_layout(jobset: Mapping, pod: Mapping, chain: list[Mapping]) -> tuple
     return {"minSubGroup": root_min, "subGroups": subgroups}, leaf
 
 
+def bare_podgroup_name(pod: Mapping) -> str:
+    """The PodGroup name of a pod grouped alone (a bare pod, a Deployment's pod): `pg-<pod>-<podUID>`."""
+    return f"pg-{mapping(pod, 'metadata').get('name') or ''}-{object_uid(pod)}"
+
+
 def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str]) -> Grouping:
     """The PodGroup (manifest) that `pod` belongs to under KAI's podgrouper rules."""
     pmeta = mapping(pod, "metadata")
-    pod_name = str(pmeta.get("name") or "")
-    pod_uid = object_uid(pod)
     namespace = str(pmeta.get("namespace") or "default")
     chain = owner_chain(pod, owners)
     top, kept = _top_owner(chain)
@@ -272,7 +275,7 @@ def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str
     spec: dict = {"minMember": 1}
     subgroup: str | None = None
     if top is None or kind in PER_POD_KINDS:
-        name = f"pg-{pod_name}-{pod_uid}"
+        name = bare_podgroup_name(pod)
     else:
         tmeta = mapping(top, "metadata")
         name = f"pg-{tmeta.get('name')}-{object_uid(top, namespace)}"
@@ -307,6 +310,7 @@ def group_pod(pod: Mapping, owners: OwnerIndex, priority_classes: Collection[str
     source = top if top is not None else pod
     smeta = mapping(source, "metadata")
     annotations = _str_map(smeta.get("annotations"))
+    annotations.pop(POD_GROUP_ANNOTATION, None)  # a bare pod's: the pod's membership, not the PodGroup's metadata
     if annotations.get(TOPOLOGY_ANNOTATION):
         constraint = {"topology": annotations[TOPOLOGY_ANNOTATION]}
         if annotations.get(TOPOLOGY_REQUIRED):
