@@ -18,6 +18,9 @@ class PlannerSettings(PlanningSettings, frozen=True, kw_only=True):
     shards: Annotated[tuple[str, ...], doc("shards planned here (empty: every shard of the partitions given)")] = ()
     inflight_ttl_s: Annotated[float, doc("how long a planned bind holds its resources for the binder")] = 60.0
     fairshare_stale_revisions: Annotated[int, doc("warn when fair-share figures lag more revisions than this")] = 5
+    fairshare_stale_s: Annotated[float, Meta(ge=0), doc(
+        "…and are older than this many seconds (the fairshare service publishes a shard at most once per its "
+        "SHOAL_MIN_INTERVAL_S, while a busy shard has many revisions a second); one warning per shard this often")] = 10.0
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-planner"
     verdict_reassert_s: Annotated[Annotated[float, Meta(ge=0)], doc(
         "a pending PodGroup's unchanged verdict is published on the decision stream again after this many "

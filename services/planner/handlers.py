@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from services.planner.translate import decisions, inflight_binds, inflight_entries, inflight_evictions
 from services.planner.verdicts import SnapshotGroups, verdict_changes
@@ -22,6 +23,7 @@ from shoal.adapters.planning import ShardInputs
 from shoal.adapters.shard_snapshots import Progress, SnapshotReader
 from shoal.adapters.verdicts import PublishedVerdicts
 from shoal.core.cycle import run_cycle
+from shoal.core.ingest.common import IngestError, parse_time
 from shoal.core.ingest.shard_model import assemble
 from shoal.core.kept_pass import KeptPass
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
@@ -47,11 +49,13 @@ class Planner:
     topic_prefix: str = ""
     inflight_ttl_s: float = 60.0
     fairshare_stale_revisions: int = 5
+    fairshare_stale_s: float = 10.0
     inputs: ShardInputs = ShardInputs()  # SchedulerConfig, sharing modes, reservation namespace, usage history
     verdicts: PublishedVerdicts | None = None  # pending verdicts published last (None: every cycle's, as before)
     verdict_reassert_s: float = 600.0  # an unchanged verdict is published again after this long (0: never)
     progress: Progress = field(default_factory=Progress)  # the revision planned last, per shard
     kept: dict[str, KeptPass] = field(default_factory=dict)  # each shard's pod pass, kept between cycles
+    _stale_warned: dict[str, float] = field(default_factory=dict)  # shard → when fairshare_stale was logged
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -113,11 +117,25 @@ class Planner:
 
     async def _check_fairshare(self, shard: str, revision: int) -> None:
         """The core divides fair share itself each cycle; the fairshare service's figures are the published
-        view (metrics, status, explain). Report when that view falls behind, so operators see it."""
+        view (metrics, status, explain). Report when that view falls behind, so operators see it: more than
+        `fairshare_stale_revisions` behind and older than `fairshare_stale_s` (the service publishes a shard at most
+        once per its interval: a busy shard is always a few revisions ahead), logged once per that time."""
         current = await self.fair_shares.get(shard)
         lag = revision - current.revision if current is not None else revision
         self._stale.labels(shard).set(lag)
-        if lag > self.fairshare_stale_revisions:
+        age = _age_s(current.meta.produced_at) if current is not None else None
+        now = time.monotonic()
+        if lag > self.fairshare_stale_revisions and (age is None or age > self.fairshare_stale_s) and \
+                now - self._stale_warned.get(shard, float("-inf")) >= self.fairshare_stale_s:
+            self._stale_warned[shard] = now
             log.warning("fairshare_stale", shard=shard, revision=revision,
-                        fairshare_revision=current.revision if current else None, lag=lag)
+                        fairshare_revision=current.revision if current else None, lag=lag,
+                        age_s=round(age, 1) if age is not None else None)
 
+
+def _age_s(produced_at: str) -> float | None:
+    """Seconds since a message's `meta.produced_at` (None when it cannot be read)."""
+    try:
+        return (datetime.now(UTC) - parse_time(produced_at, "meta.produced_at")).total_seconds()
+    except IngestError:
+        return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -10,7 +11,8 @@ from services.planner.handlers import Planner
 from services.snapshotter.translate import Shards
 from shoal.adapters.kafka import Delivery
 from shoal.adapters.shard_snapshots import Current
-from shoal.messages.base import new_meta
+from shoal.messages.base import Meta, new_meta
+from shoal.messages.plan import FairShareComputed
 from shoal.messages.snapshot import SnapshotPublished
 from shoal.metrics import Metrics
 
@@ -102,3 +104,42 @@ async def test_a_failed_publish_leaves_the_revision_unplanned():
     with pytest.raises(ConnectionError):
         await planner.on_snapshot(announced, DELIVERY)
     assert planner.progress.revisions == {}
+
+
+class FairShares:
+    def __init__(self, value):
+        self.value = value
+
+    async def get(self, shard):
+        return self.value
+
+
+def figures(revision: int, seconds_ago: float) -> FairShareComputed:
+    at = (datetime.now(UTC) - timedelta(seconds=seconds_ago)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return FairShareComputed(meta=Meta(id=f"f{revision}", produced_at=at, producer="fairshare", revision=revision),
+                             shard="pool", revision=revision, queues=())
+
+
+async def test_fair_share_figures_a_busy_shard_outpaces_are_stale_only_once_old(caplog):
+    """The fairshare service publishes a shard at most once a second while a busy shard has many revisions a
+    second: figures many revisions behind but recent are no news; figures behind and old are, once per period."""
+    caplog.set_level("WARNING", logger="services.planner")
+
+    def warnings() -> int:
+        return sum(r.getMessage() == "fairshare_stale" for r in caplog.records)
+
+    planner = Planner(shard_filter=frozenset(), snapshots=Snapshots(1, ()), fair_shares=FairShares(figures(100, 0.8)),
+                      inflight=InFlight(), bus=Bus(need=0), metrics=Metrics(), fairshare_stale_s=10.0)
+    await planner._check_fairshare("pool", 120)  # 20 revisions behind, 0.8 s old: the service's own pace
+    assert warnings() == 0
+    planner.fair_shares = FairShares(figures(100, 30.0))
+    await planner._check_fairshare("pool", 120)
+    await planner._check_fairshare("pool", 121)  # still stale: said once per period
+    assert warnings() == 1
+    planner.fair_shares = FairShares(figures(118, 30.0))
+    planner._stale_warned.clear()
+    await planner._check_fairshare("pool", 120)  # old but within the revisions allowed
+    assert warnings() == 1
+    planner.fair_shares = FairShares(None)
+    await planner._check_fairshare("pool", 120)  # no figures at all
+    assert warnings() == 2
