@@ -48,11 +48,12 @@ class SharedGpus(Writes):
         ConfigMaps, or NvFractions' annotations: `fractions`) and the pod's labels and annotations."""
         if mode == DISABLED:
             raise FractionRefused(disabled_message(op.pod))
-        # the pod is read while the node agent assigns the reservations' GPUs; the ConfigMap and the pod's
-        # labels are independent writes, both done before the binding
+        # the pod is read while the node agent assigns the reservations' GPUs, from the apiserver's watch cache
+        # (what it is read for, its containers and the annotations its owner gave it, were set at creation, which
+        # the planner saw); the ConfigMap and the pod's labels are independent writes, both done before the binding
         *uuids, pod = await asyncio.gather(*(self.ensure_reservation(op.node, group, wait=True,
                                                                      compute_mode=op.compute_mode)
-                                             for group in op.gpu_groups), self._get(k.PODS, op.pod))
+                                             for group in op.gpu_groups), self._get(k.PODS, op.pod, cached=True))
         if pod is None:
             raise NotFoundError(f"pod {op.pod} is gone")
         namespace, name = ko.split(op.pod)

@@ -100,12 +100,14 @@ class Writes:
                              api_version=api_version, annotations=annotations)
         await self._quietly(self.kube.create(CORE_EVENTS, body, namespace=namespace, answer=False))
 
-    async def _get(self, resource: k.Resource, key: str) -> dict | None:
+    async def _get(self, resource: k.Resource, key: str, *, cached: bool = False) -> dict | None:
+        """One object, None when it is gone; `cached`: from the apiserver's watch cache (no etcd read), where
+        one it has not seen yet is read again from etcd."""
         namespace, name = ko.split(key)
         try:
-            return await self.kube.get(resource, name, namespace=namespace or None)
+            return await self.kube.get(resource, name, namespace=namespace or None, cached=cached)
         except NotFoundError:
-            return None
+            return await self._get(resource, key) if cached else None
 
     async def _quietly(self, call) -> None:
         """Status and event writes must not fail a plan: a gone object or a rejected patch is logged."""

@@ -123,7 +123,7 @@ class Planner:
         current = await self.fair_shares.get(shard)
         lag = revision - current.revision if current is not None else revision
         self._stale.labels(shard).set(lag)
-        age = _age_s(current.meta.produced_at) if current is not None else None
+        age = _age_s(current.value.meta.produced_at) if current is not None else None
         now = time.monotonic()
         if lag > self.fairshare_stale_revisions and (age is None or age > self.fairshare_stale_s) and \
                 now - self._stale_warned.get(shard, float("-inf")) >= self.fairshare_stale_s:

@@ -8,6 +8,7 @@ import pytest
 
 from services.binder.handlers import Binder
 from shoal.adapters.kafka import Delivery
+from shoal.adapters.kube import PODS
 from shoal.core.plan import Bind, Pipeline, PodEvent
 from shoal.errors import NotFoundError, PermanentError
 from shoal.messages.base import new_meta
@@ -451,3 +452,19 @@ async def test_a_whole_gpu_bind_does_not_wait_for_the_plans_reservation_pods():
     assert kube.bound == {"ns/p0", "ns/p1"}
     assert kube.reservation_posts == 1
     assert sum(1 for key in kube.pods if key.startswith("kai-resource-reservation/")) == 1
+
+
+async def test_a_cached_read_the_watch_cache_cannot_serve_is_read_again_from_etcd():
+    class Lagging(FakeKube):
+        async def get(self, resource, name, *, namespace=None, cached=False, **kwargs):
+            self.calls.append(("get", resource.plural, f"{namespace}/{name}", cached))
+            if cached:
+                raise NotFoundError("not in the watch cache yet", status=404)
+            return await super().get(resource, name, namespace=namespace)
+
+    kube = Lagging(pods(1))
+    b = binder(kube, FakeInFlight({}), GatedBus())
+    pod = await b._get(PODS, "ns/p0", cached=True)
+    assert pod is not None and pod["metadata"]["uid"] == "uid-0"
+    assert [c for c in kube.calls if len(c) == 4] == [("get", "pods", "ns/p0", True), ("get", "pods", "ns/p0", False)]
+    assert await b._get(PODS, "ns/gone", cached=True) is None

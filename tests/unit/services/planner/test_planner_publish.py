@@ -10,6 +10,7 @@ import pytest
 from services.planner.handlers import Planner
 from services.snapshotter.translate import Shards
 from shoal.adapters.kafka import Delivery
+from shoal.adapters.latest_value import Versioned
 from shoal.adapters.shard_snapshots import Current
 from shoal.messages.base import Meta, new_meta
 from shoal.messages.plan import FairShareComputed
@@ -114,10 +115,12 @@ class FairShares:
         return self.value
 
 
-def figures(revision: int, seconds_ago: float) -> FairShareComputed:
+def figures(revision: int, seconds_ago: float) -> Versioned[FairShareComputed]:
+    """The fairshare service's figures as the planner reads them from Redis (`LatestValue`)."""
     at = (datetime.now(UTC) - timedelta(seconds=seconds_ago)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return FairShareComputed(meta=Meta(id=f"f{revision}", produced_at=at, producer="fairshare", revision=revision),
-                             shard="pool", revision=revision, queues=())
+    return Versioned(revision, FairShareComputed(
+        meta=Meta(id=f"f{revision}", produced_at=at, producer="fairshare", revision=revision),
+        shard="pool", revision=revision, queues=()))
 
 
 async def test_fair_share_figures_a_busy_shard_outpaces_are_stale_only_once_old(caplog):
