@@ -47,7 +47,7 @@ class PodGrouper:
     priority_class_ttl_s: float = 30.0
     event_dedupe_s: float = 300.0
     cache_ttl_s: float = 5.0  # owners read and PodGroups found in line are trusted this long (bursts of pods)
-    bare_annotate_delay_s: float = 2.0  # a pending bare pod's pod-group-name waits this long for its binding's
+    bare_annotate_delay_s: float = 2.0  # how long a pending bare pod's pod-group-name waits for its Binding to carry it
     latest: dict[str, dict] = field(default_factory=dict)  # pod key → newest object, until it is handled
     synced: set[str] = field(default_factory=set)  # scheduler names whose first list is in
     _done: dict[str, str] = field(default_factory=dict)  # pod key → uid grouped by this process
