@@ -37,7 +37,7 @@ def binding(pod: str, node: str, pod_group: str = "") -> dict:
     it needs no second write for it (the podgrouper finds it there)."""
     namespace, name = split(pod)
     metadata: dict = {"name": name, "namespace": namespace}
-    group = split(pod_group)[1] if pod_group else ""
+    group = split(pod_group)[1]
     if group:
         metadata["annotations"] = {POD_GROUP_ANNOTATION: group}
     return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,

@@ -228,8 +228,9 @@ class PodGrouper:
         if written == CREATED and started is None and bare:
             self._unstamped.add(key)  # made before the bind: the scheduler's start stamp may find no PodGroup
         patch = t.pod_patch(pod, grouping)
-        if bare and self.bare_annotate_delay_s > 0 and key not in self._due and \
-                (started is None or patch is None) and (patch is not None or key in self._unstamped):
+        # until the wait ends: a pending pod's annotation, or the stamp check of a pod its Binding annotated
+        waits = (patch is not None and started is None) or (patch is None and key in self._unstamped)
+        if bare and waits and self.bare_annotate_delay_s > 0 and key not in self._due:
             return DEFERRED
         if patch is not None:
             # its bind may land between the read above and this patch, after the scheduler's start stamp found
