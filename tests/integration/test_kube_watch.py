@@ -164,6 +164,38 @@ async def test_watch_of_a_custom_resource(kube_api: client.ApiClient, namespace:
     assert rv
 
 
+async def etcd_reads(kube: Kube, resource: Resource) -> float:
+    """The apiserver's reads of `resource` from etcd so far (its /metrics: `etcd_request_duration_seconds_count`
+    of the get operation)."""
+    response = await kube.open("GET", "/metrics", content_type="text/plain")
+    try:
+        text = (await response.read()).decode()
+    finally:
+        response.release()
+    labels = f'{{group="{resource.group}",operation="get",resource="{resource.plural}"}}'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("etcd_request_duration_seconds_count" + labels))
+
+
+async def test_a_cached_get_reads_the_watch_cache_not_etcd(kube_api: client.ApiClient, namespace: str) -> None:
+    kube = Kube(kube_api)
+    await ensure_widget_crd(kube)
+    await kube.create(WIDGETS, widget("cached", 5), namespace=namespace)
+    async with asyncio.timeout(30):
+        while True:  # the watch cache has it a moment after the create
+            with contextlib.suppress(NotFoundError):
+                if (await kube.get(WIDGETS, "cached", namespace=namespace, cached=True))["spec"] == {"size": 5}:
+                    break
+            await asyncio.sleep(0.1)
+    before = await etcd_reads(kube, WIDGETS)
+    for _ in range(10):
+        assert (await kube.get(WIDGETS, "cached", namespace=namespace, cached=True))["spec"] == {"size": 5}
+    assert await etcd_reads(kube, WIDGETS) == before
+    for _ in range(10):
+        await kube.get(WIDGETS, "cached", namespace=namespace)
+    assert await etcd_reads(kube, WIDGETS) >= before + 10  # a plain get is a quorum read
+
+
 async def test_errors_are_mapped(kube_api: client.ApiClient, namespace: str, stack: Any) -> None:
     kube = Kube(kube_api)
     with pytest.raises(NotFoundError):
