@@ -214,7 +214,9 @@ class Binder(Publishing, SharedGpus, Evictions):
         await self.patch_podgroup(op.pod_group, core_pods_patch(op), status=True)
 
     async def _annotate(self, plan: PlanIssued, op: Annotate) -> None:
-        await self.patch_podgroup(op.pod_group, annotation_patch(op))
+        # the start stamp of a bare pod bound before its PodGroup exists finds none: the podgrouper creates the
+        # PodGroup after the bind, with the stamp in it
+        await self.patch_podgroup(op.pod_group, annotation_patch(op), missing_ok=True)
 
     async def _podgroup_event(self, plan: PlanIssued, op: PodGroupEvent) -> None:
         await self.event("PodGroup", op.pod_group, op.reason, op.message, op.type)

@@ -74,10 +74,12 @@ class Writes:
                                             namespace=namespace, subresource="status",
                                             content_type="application/strategic-merge-patch+json", answer=False))
 
-    async def patch_podgroup(self, key: str, body: dict, *, status: bool = False) -> None:
+    async def patch_podgroup(self, key: str, body: dict, *, status: bool = False, missing_ok: bool = False) -> None:
+        """`missing_ok`: a PodGroup not there (yet) is expected, not logged."""
         namespace, name = ko.split(key)
         await self._quietly(self.kube.patch(k.PODGROUPS, name, body, namespace=namespace,
-                                            subresource="status" if status else None, answer=False))
+                                            subresource="status" if status else None, answer=False),
+                            missing_ok=missing_ok)
 
     async def event(self, kind: str, key: str, reason: str, message: str, event_type: str, *,
                     annotations: dict | None = None, uid: str | None = None) -> None:
@@ -109,9 +111,13 @@ class Writes:
         except NotFoundError:
             return await self._get(resource, key) if cached else None
 
-    async def _quietly(self, call) -> None:
-        """Status and event writes must not fail a plan: a gone object or a rejected patch is logged."""
+    async def _quietly(self, call, *, missing_ok: bool = False) -> None:
+        """Status and event writes must not fail a plan: a gone object or a rejected patch is logged (a gone
+        one not, with `missing_ok`)."""
         try:
             await call
-        except (NotFoundError, PermanentError, ConflictError) as exc:
+        except NotFoundError as exc:
+            if not missing_ok:
+                log.info("status_write_skipped", error=str(exc))
+        except (PermanentError, ConflictError) as exc:
             log.info("status_write_skipped", error=str(exc))

@@ -30,7 +30,7 @@ log = get_logger("services.podgrouper")
 CORE_EVENTS = k.Resource("", "v1", "events", "Event")
 MAX_OWNER_DEPTH = 10
 CREATED, PATCHED = "created", "patched"  # what ensure_podgroup wrote ("" when nothing)
-DEFERRED = "deferred"  # a pending bare pod's annotation waits for its bind (`reconcile`)
+DEFERRED = "deferred"  # a pending bare pod's PodGroup and annotation wait for its bind (`reconcile`)
 
 
 class OwnerUnavailable(Exception):
@@ -47,7 +47,7 @@ class PodGrouper:
     priority_class_ttl_s: float = 30.0
     event_dedupe_s: float = 300.0
     cache_ttl_s: float = 5.0  # owners read and PodGroups found in line are trusted this long (bursts of pods)
-    bare_annotate_delay_s: float = 2.0  # how long a pending bare pod's pod-group-name waits for its Binding to carry it
+    bare_annotate_delay_s: float = 2.0  # how long a pending bare pod's PodGroup and annotation wait for its bind
     latest: dict[str, dict] = field(default_factory=dict)  # pod key → newest object, until it is handled
     synced: set[str] = field(default_factory=set)  # scheduler names whose first list is in
     _done: dict[str, str] = field(default_factory=dict)  # pod key → uid grouped by this process
@@ -60,7 +60,7 @@ class PodGrouper:
     _retry_handles: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     _deferred: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # pod key → its deferral's end
     _due: set[str] = field(default_factory=set)  # pod keys whose deferral has ended
-    _unstamped: set[str] = field(default_factory=set)  # bare pods whose PodGroup was made here before their bind
+    _first_seen: dict[str, dict] = field(default_factory=dict)  # waiting bare pod → its PodGroup, as first seen
     _priority_classes: tuple[float, frozenset[str]] = (-1e9, frozenset())
     _events: dict[tuple[str, str], float] = field(default_factory=dict)
     _owners: dict[str, tuple[float, dict]] = field(default_factory=dict)  # owner path → (read at, object)
@@ -114,7 +114,7 @@ class PodGrouper:
         if handle is not None:
             handle.cancel()
         self._due.discard(key)
-        self._unstamped.discard(key)
+        self._first_seen.pop(key, None)
 
     def _defer(self, key: str) -> None:
         """Handle the pod again when its deferral ends (or sooner, on news of it from the watch)."""
@@ -202,10 +202,11 @@ class PodGrouper:
 
         A bare pod is scheduled without waiting for the podgrouper (`shoal.core.ingest.shard_model`), and the
         binder's Binding carries its pod-group-name (the apiserver copies it onto the pod in the bind's own
-        write). So its PodGroup is made at once, while its annotation waits up to `bare_annotate_delay_s` for
-        the bind: a pod bound by then needs no pod patch (one write and a watch event per watcher fewer), and
-        one still pending gets it then. The scheduler stamps the PodGroup's start on the bind; a PodGroup made
-        here before the bind is checked for that stamp when the wait ends (the bind may have come first)."""
+        write). So a pending bare pod waits up to `bare_annotate_delay_s` for its bind: bound by then, its
+        PodGroup is created carrying the start stamp (the scheduler's own stamp found no PodGroup) and the pod
+        needs no patch: one write where a PodGroup made before the bind took three (its create, the scheduler's
+        stamp, and the pod patch or a read of the stamp). One still pending then gets its PodGroup and its
+        annotation; a bind that lands meanwhile shows in the patch's answer, and the PodGroup is stamped."""
         reason = t.skip_reason(pod)
         if reason is None:
             owners = await self.owner_chain(pod)
@@ -220,23 +221,19 @@ class PodGrouper:
         desired = t.desired_podgroup(grouping, pod)
         started = t.start_stamp(pod)  # a pod bound already: its new PodGroup says when it started
         key, bare = t.pod_key(pod), rules.controller_ref(pod) is None
-        # a bare pod's PodGroup is ensured once, from the pod as first seen: the labels its bind adds
-        # (runai-gpu-group) are no PodGroup metadata
-        again = bare and (key in self._deferred or key in self._due)
-        written = "" if again else await self.ensure_podgroup(desired, started=started)
-        changed = bool(written)
-        if written == CREATED and started is None and bare:
-            self._unstamped.add(key)  # made before the bind: the scheduler's start stamp may find no PodGroup
-        patch = t.pod_patch(pod, grouping)
-        # until the wait ends: a pending pod's annotation, or the stamp check of a pod its Binding annotated
-        waits = (patch is not None and started is None) or (patch is None and key in self._unstamped)
-        if bare and waits and self.bare_annotate_delay_s > 0 and key not in self._due:
+        if bare and started is None and self.bare_annotate_delay_s > 0 and key not in self._due:
+            self._first_seen.setdefault(key, desired)
             return DEFERRED
+        # a bare pod's PodGroup is the one for the pod as first seen: the labels its bind adds (runai-gpu-group)
+        # are no PodGroup metadata
+        desired = self._first_seen.pop(key, desired)
+        written = await self.ensure_podgroup(desired, started=started)
+        changed = bool(written)
+        patch = t.pod_patch(pod, grouping)
         if patch is not None:
-            # its bind may land between the read above and this patch, after the scheduler's start stamp found
-            # no PodGroup; the answer tells
-            racing = key in self._unstamped
-            self._unstamped.discard(key)
+            # a bare pod's bind may land between the read above and this patch, after the scheduler's start
+            # stamp found no PodGroup: the answer tells
+            racing = bare and written == CREATED and started is None
             try:
                 answer = await self.kube.patch(k.PODS, t.meta(pod)["name"], patch,
                                                namespace=t.meta(pod).get("namespace"), answer=racing)
@@ -247,9 +244,6 @@ class PodGrouper:
             late = t.start_stamp(answer) if racing and answer else None
             if late is not None:
                 await self._stamp_start(desired, late)
-        elif started is not None and key in self._unstamped:  # annotated by its binding, PodGroup made before
-            self._unstamped.discard(key)
-            await self._stamp_unless_stamped(desired, started)
         if changed:
             log.info("pod_grouped", pod=t.pod_key(pod), podgroup=desired["metadata"]["name"],
                      subgroup=grouping.subgroup, min_member=desired["spec"].get("minMember"),
@@ -308,17 +302,6 @@ class PodGrouper:
             self._writes.labels(kind="podgroup_patch").inc()
         except NotFoundError:
             pass  # gone with its pod
-
-    async def _stamp_unless_stamped(self, desired: dict, started: str) -> None:
-        """The start stamp on a PodGroup that has none (read from the apiserver's cache: the scheduler's own
-        stamp went out just after the bind, well before this read)."""
-        meta = desired["metadata"]
-        try:
-            current = await self.kube.get(k.PODGROUPS, meta["name"], namespace=meta["namespace"], cached=True)
-        except NotFoundError:
-            return  # gone with its pod
-        if not (t.meta(current).get("annotations") or {}).get(LAST_START):
-            await self._stamp_start(desired, started)
 
     async def ensure_podgroup(self, desired: dict, *, started: str | None = None) -> str:
         """Create the PodGroup or patch the fields it owns: CREATED, PATCHED or "" (nothing written). A

@@ -350,17 +350,25 @@ async def test_bare_pods_are_bound_and_their_podgroups_say_when_they_started(pod
     # write: no patch ever owned the field (a Binding leaves no managedFields entry; a patch would)
     early = [p for p in pods if seconds_to_bind(p) < BARE_ANNOTATE_DELAY_S - 3]
     assert early, [seconds_to_bind(p) for p in pods]
+    by_name = {g["metadata"]["name"]: g for g in groups}
     for p in early:
         writers = [m.get("manager") for m in p["metadata"].get("managedFields") or []
                    if "f:pod-group-name" in ((m.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations", {})]
         assert writers == [], (p["metadata"]["name"], writers)
+        # and its PodGroup was created after the bind (with the start stamp in the create)
+        g = by_name[annotation(p)]
+        created_at = datetime.fromisoformat(g["metadata"]["creationTimestamp"])
+        assert created_at >= scheduled_at(p), (p["metadata"]["name"], g["metadata"]["creationTimestamp"])
+
+
+def scheduled_at(pod: dict) -> datetime:
+    return datetime.fromisoformat(next(c["lastTransitionTime"] for c in pod["status"]["conditions"]
+                                       if c["type"] == "PodScheduled"))
 
 
 def seconds_to_bind(pod: dict) -> float:
     """From the pod's creation to its PodScheduled condition (both to the second)."""
-    scheduled = next(c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
-    created = pod["metadata"]["creationTimestamp"]
-    return (datetime.fromisoformat(scheduled) - datetime.fromisoformat(created)).total_seconds()
+    return (scheduled_at(pod) - datetime.fromisoformat(pod["metadata"]["creationTimestamp"])).total_seconds()
 
 
 async def test_killed_podgrouper_converges_after_restart(stack, kube, namespace):

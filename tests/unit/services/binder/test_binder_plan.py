@@ -468,3 +468,31 @@ async def test_a_cached_read_the_watch_cache_cannot_serve_is_read_again_from_etc
     assert pod is not None and pod["metadata"]["uid"] == "uid-0"
     assert [c for c in kube.calls if len(c) == 4] == [("get", "pods", "ns/p0", True), ("get", "pods", "ns/p0", False)]
     assert await b._get(PODS, "ns/gone", cached=True) is None
+
+
+async def test_a_start_stamp_for_a_podgroup_not_made_yet_is_dropped_quietly_other_missing_writes_are_logged(caplog):
+    """A bare pod bound within the podgrouper's wait has no PodGroup yet when the scheduler stamps its start (the
+    podgrouper creates it after the bind, with the stamp): that 404 is expected, not news; a condition's is."""
+    from shoal.core.plan import Annotate, SetCorePods
+
+    caplog.set_level("INFO", logger="services.binder")
+    kube = FakeKube({})
+
+    async def missing(resource, name, body, **kwargs):
+        kube.calls.append(("patch", resource.plural, kwargs.get("subresource")))
+        raise NotFoundError(f"{resource.plural} {name} not found")
+
+    kube.patch = missing
+    bus = GatedBus()
+    bus.gate.set()
+    b = binder(kube, FakeInFlight({}), bus)
+    plan = PlanIssued(meta=new_meta("planner", revision=1, id="plan-1"), shard="pool", plan_id="plan-1", revision=1,
+                      ops=(Annotate(pod_group="ns/pg-solo-uid", key="kai.scheduler/last-start-timestamp",
+                                    value="2026-12-06T05:00:00Z"),))
+    await asyncio.wait_for(b.on_plan(plan, DELIVERY), 10)
+    assert kube.calls == [("patch", "podgroups", None)]
+    assert not [r for r in caplog.records if r.getMessage() == "status_write_skipped"]
+    plan = PlanIssued(meta=new_meta("planner", revision=2, id="plan-2"), shard="pool", plan_id="plan-2", revision=2,
+                      ops=(SetCorePods(pod_group="ns/pg-solo-uid", pods=("p",)),))
+    await asyncio.wait_for(b.on_plan(plan, DELIVERY), 10)
+    assert len([r for r in caplog.records if r.getMessage() == "status_write_skipped"]) == 1

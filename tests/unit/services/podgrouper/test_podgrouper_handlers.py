@@ -249,54 +249,57 @@ async def wait_until(check, timeout_s: float = 2.0) -> None:
 @contextlib.asynccontextmanager
 async def watching_one_bare_pod(delay_s: float):
     """A podgrouper with its workers running, handed the pending bare pod ns/solo by its watch; yields
-    (podgrouper, API, pod) once the pod's PodGroup is made."""
+    (podgrouper, API, pod) once the pod waits for its bind."""
     pending = bare_pod()
     kube = FakeKube([pending])
     g = grouper(kube, bare_annotate_delay_s=delay_s)
     worker = asyncio.create_task(g.work())
     try:
         g._offer(pending, "shoal-scheduler")
-        await wait_until(lambda: ("podgroups", "ns", "pg-solo-uid-solo") in kube.store)
+        await wait_until(lambda: g.stats()["deferred"] == 1)
         yield g, kube, pending
     finally:
         worker.cancel()
 
 
-async def test_a_bare_pod_bound_by_a_binding_that_names_its_podgroup_gets_no_pod_patch():
-    """The PodGroup is made at once; the pod's annotation waits for the bind, whose Binding carried it: no pod
-    patch. The PodGroup, made before the bind, is read back when the wait ends and has the scheduler's stamp."""
-    async with watching_one_bare_pod(0.2) as (g, kube, pending):
-        assert g.stats()["deferred"] == 1 and "ns/solo" not in g._done
-        bound = bound_by_binding(pending)
-        kube.put(bound)
-        stamped = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]["metadata"].setdefault("annotations", {})
-        stamped[LAST_START] = "2026-12-06T03:00:00Z"  # the scheduler's stamp, after the bind
-        g._offer(bound, "shoal-scheduler")  # the watch brings the bound pod: nothing to write yet
-        await asyncio.sleep(0.05)
-        assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo")]
-        await wait_until(lambda: "ns/solo" in g._done)  # the wait ended: the stamp is read, found, left
-        assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo")]
-        assert ("podgroups", "pg-solo-uid-solo") in kube.reads
-        assert g.stats()["deferred"] == 0 and not g._due and not g._unstamped and "ns/solo" not in g.latest
-
-
-async def test_a_bind_before_the_podgroup_and_without_the_scheduler_stamp_is_stamped_when_the_wait_ends():
-    async with watching_one_bare_pod(0.1) as (g, kube, pending):
+async def test_a_bare_pod_bound_within_the_wait_gets_its_podgroup_with_the_start_stamp_and_no_pod_patch():
+    """Nothing is written while the pending bare pod waits; its bind (the Binding carried pod-group-name) brings
+    one write: the PodGroup, created with the pod's start stamp (the scheduler's stamp found no PodGroup)."""
+    async with watching_one_bare_pod(5.0) as (g, kube, pending):
+        assert kube.writes == [] and "ns/solo" not in g._done
         bound = bound_by_binding(pending, at="2026-12-06T03:00:02Z")
-        kube.put(bound)  # the scheduler's stamp found no PodGroup: none on it
-        g._offer(bound, "shoal-scheduler")
+        bound["metadata"].setdefault("labels", {})["runai-gpu-group"] = "g1"  # the bind's labels: no PodGroup's
+        kube.put(bound)
+        g._offer(bound, "shoal-scheduler")  # the watch brings the bound pod
         await wait_until(lambda: "ns/solo" in g._done)
-    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
-    assert pg["metadata"]["annotations"][LAST_START] == "2026-12-06T03:00:02Z"
-    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "podgroups", "pg-solo-uid-solo")]
+        assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo")]
+        assert kube.reads == []
+        pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+        assert pg["metadata"]["annotations"][LAST_START] == "2026-12-06T03:00:02Z"
+        assert "runai-gpu-group" not in (pg["metadata"].get("labels") or {})
+        assert g.stats()["deferred"] == 0 and not g._due and not g._first_seen and "ns/solo" not in g.latest
 
 
-async def test_a_bare_pod_still_pending_when_the_wait_ends_is_annotated_then():
+async def test_a_bare_pod_still_pending_when_the_wait_ends_gets_its_podgroup_and_annotation_then():
     async with watching_one_bare_pod(0.1) as (g, kube, _):
+        assert kube.writes == []
         await wait_until(lambda: "ns/solo" in g._done)
     assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo")]
     assert kube.store[("pods", "ns", "solo")]["metadata"]["annotations"]["pod-group-name"] == "pg-solo-uid-solo"
-    assert g.stats()["deferred"] == 0 and not g._due and not g._unstamped
+    assert LAST_START not in kube.store[("podgroups", "ns", "pg-solo-uid-solo")]["metadata"].get("annotations", {})
+    assert g.stats()["deferred"] == 0 and not g._due and not g._first_seen
+
+
+async def test_a_bind_racing_the_annotation_at_the_end_of_the_wait_stamps_the_podgroup():
+    """Still pending when the wait ends (read so), bound before the pod patch: the patch's answer shows the bind,
+    and the PodGroup just created gets the start stamp the scheduler's could not give it."""
+    async with watching_one_bare_pod(0.1) as (g, kube, pending):
+        kube.put(bound_by_binding(pending, at="2026-12-06T03:00:04Z"))  # the cluster has it bound, the watch not yet
+        await wait_until(lambda: "ns/solo" in g._done)
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    assert pg["metadata"]["annotations"][LAST_START] == "2026-12-06T03:00:04Z"
+    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo"),
+                           ("patch", "podgroups", "pg-solo-uid-solo")]
 
 
 async def test_a_bare_pod_named_by_its_binding_before_the_podgrouper_saw_it_still_gets_its_podgroup():
