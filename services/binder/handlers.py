@@ -214,8 +214,8 @@ class Binder(Publishing, SharedGpus, Evictions):
         await self.patch_podgroup(op.pod_group, core_pods_patch(op), status=True)
 
     async def _annotate(self, plan: PlanIssued, op: Annotate) -> None:
-        # the start stamp of a bare pod bound before its PodGroup exists finds none: the podgrouper creates the
-        # PodGroup after the bind, with the stamp in it
+        # a PodGroup gone meanwhile, or a bare pod's not made yet (the planner leaves those stamps out when its
+        # snapshot shows it; the podgrouper creates it after the bind, with the stamp), is no news
         await self.patch_podgroup(op.pod_group, annotation_patch(op), missing_ok=True)
 
     async def _podgroup_event(self, plan: PlanIssued, op: PodGroupEvent) -> None:

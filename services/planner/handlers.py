@@ -14,7 +14,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from services.planner.translate import decisions, inflight_binds, inflight_entries, inflight_evictions
+from services.planner.translate import (
+    cluster_ops,
+    decisions,
+    inflight_binds,
+    inflight_entries,
+    inflight_evictions,
+)
 from services.planner.verdicts import SnapshotGroups, verdict_changes
 from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
@@ -89,15 +95,17 @@ class Planner:
         await self._check_fairshare(shard, latest.revision)
         plan = run_cycle(result.snapshot, kept=self.kept.setdefault(shard, KeptPass()))
         await self.inflight.add(shard, inflight_entries(plan, now_s=time.time(), ttl_s=self.inflight_ttl_s))
+        groups = SnapshotGroups(result.snapshot.pod_groups)
         issued = PlanIssued(meta=new_meta("planner", revision=latest.revision, id=plan.plan_id), shard=shard,
-                            plan_id=plan.plan_id, revision=latest.revision, ops=plan.ops, queues=plan.queues)
+                            plan_id=plan.plan_id, revision=latest.revision, ops=cluster_ops(plan.ops, groups),
+                            queues=plan.queues)
         # the plan and its decisions go out together (the producer batches them); all are awaited before the
         # revision counts as planned and the announcement's offset is committed
         decision_topic = topics.DECISIONS.full(self.topic_prefix)
         events, changes = decisions(plan, shard), None
         if self.verdicts is not None:  # a pending verdict goes out when it changes, not every cycle
             changes = verdict_changes(plan, await self.verdicts.all(shard), now_s=time.time(),
-                                      pod_groups=SnapshotGroups(result.snapshot.pod_groups),
+                                      pod_groups=groups,
                                       reassert_s=self.verdict_reassert_s)
             events = [e for e in events if e.type != UNSCHEDULABLE or e.subject in changes.publish]
         await asyncio.gather(self.bus.publish(topics.PLANS.full(self.topic_prefix), issued, key=shard),

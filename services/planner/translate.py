@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from shoal.core.plan import Bind, Evict, Pipeline, Plan, SetCondition
+from services.planner.verdicts import SnapshotGroups
+from shoal.core.model import ANNOTATION_LAST_START
+from shoal.core.plan import Annotate, Bind, Evict, Pipeline, Plan, PlanOp, SetCondition
 from shoal.messages.decisions import Decision, decision
 from shoal.messages.snapshot import InFlightBind
 
@@ -29,6 +31,18 @@ def inflight_entries(plan: Plan, *, now_s: float, ttl_s: float) -> list[InFlight
                          gpu_groups=op.gpu_groups if isinstance(op, Bind) else (), plan_id=plan.plan_id,
                          expires_at=now_s + ttl_s, eviction=isinstance(op, Evict))
             for op in plan.ops if isinstance(op, Bind | Evict)]
+
+
+def cluster_ops(ops: Sequence[PlanOp], groups: SnapshotGroups) -> tuple[PlanOp, ...]:
+    """The plan's operations as the binder applies them: the start stamp of a PodGroup made here for pods whose
+    PodGroup the cluster does not have yet left out (a bare pod's: the podgrouper creates it after the bind,
+    with the stamp in it)."""
+    def made_here(key: str) -> bool:
+        group = groups.find(key)
+        return group is not None and group.generated
+
+    return tuple(op for op in ops if not (isinstance(op, Annotate) and op.key == ANNOTATION_LAST_START
+                                          and made_here(op.pod_group)))
 
 
 def decisions(plan: Plan, shard: str) -> list[Decision]:

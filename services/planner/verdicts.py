@@ -36,11 +36,13 @@ class SnapshotGroups(Container[str]):
         self.groups = groups
 
     def __contains__(self, key: object) -> bool:
-        if not isinstance(key, str):
-            return False
+        return isinstance(key, str) and self.find(key) is not None
+
+    def find(self, key: str) -> PodGroup | None:
         namespace, _, name = key.partition("/")
         at = bisect_left(self.groups, (namespace, name), key=group_order)
-        return at < len(self.groups) and group_order(self.groups[at]) == (namespace, name)
+        found = at < len(self.groups) and group_order(self.groups[at]) == (namespace, name)
+        return self.groups[at] if found else None
 
 
 def verdict_changes(plan: Plan, known: Mapping[str, Verdict], *, pod_groups: Container[str], now_s: float,

@@ -31,6 +31,7 @@ CORE_EVENTS = k.Resource("", "v1", "events", "Event")
 MAX_OWNER_DEPTH = 10
 CREATED, PATCHED = "created", "patched"  # what ensure_podgroup wrote ("" when nothing)
 DEFERRED = "deferred"  # a pending bare pod's PodGroup and annotation wait for its bind (`reconcile`)
+FOLLOWING = "following"  # a bare pod's PodGroup was made before its bind: its bind brings it back (`reconcile`)
 
 
 class OwnerUnavailable(Exception):
@@ -61,6 +62,7 @@ class PodGrouper:
     _deferred: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # pod key → its deferral's end
     _due: set[str] = field(default_factory=set)  # pod keys whose deferral has ended
     _first_seen: dict[str, dict] = field(default_factory=dict)  # waiting bare pod → its PodGroup, as first seen
+    _unstamped: set[str] = field(default_factory=set)  # bare pods whose PodGroup was made here before their bind
     _priority_classes: tuple[float, frozenset[str]] = (-1e9, frozenset())
     _events: dict[tuple[str, str], float] = field(default_factory=dict)
     _owners: dict[str, tuple[float, dict]] = field(default_factory=dict)  # owner path → (read at, object)
@@ -115,6 +117,7 @@ class PodGrouper:
             handle.cancel()
         self._due.discard(key)
         self._first_seen.pop(key, None)
+        self._unstamped.discard(key)
 
     def _defer(self, key: str) -> None:
         """Handle the pod again when its deferral ends (or sooner, on news of it from the watch)."""
@@ -154,6 +157,9 @@ class PodGrouper:
         pod = self.latest.get(key)
         if pod is None:
             return
+        if self._done.get(key) == str(t.meta(pod).get("uid")):  # news of it came while it was being grouped
+            del self.latest[key]
+            return
         try:
             outcome = await self.reconcile(pod)
         except OwnerUnavailable as exc:
@@ -179,6 +185,9 @@ class PodGrouper:
                 handle.cancel()
             if outcome == DEFERRED:
                 self._defer(key)  # the pod stays to be handled: its watch events and the deferral's end bring it
+            elif outcome == FOLLOWING:  # its next watch event brings it back: nothing kept meanwhile
+                if self.latest.get(key) is pod:
+                    del self.latest[key]
             else:
                 self._end_deferral(key)
                 self._done[key] = str(t.meta(pod).get("uid"))
@@ -198,15 +207,18 @@ class PodGrouper:
 
     # ---- one pod -----------------------------------------------------------------------------------
     async def reconcile(self, pod: dict) -> str:
-        """Group one pod; returns the outcome ("grouped", "unchanged", "skipped:<why>", DEFERRED).
+        """Group one pod; returns the outcome ("grouped", "unchanged", "skipped:<why>", DEFERRED, FOLLOWING).
 
         A bare pod is scheduled without waiting for the podgrouper (`shoal.core.ingest.shard_model`), and the
         binder's Binding carries its pod-group-name (the apiserver copies it onto the pod in the bind's own
         write). So a pending bare pod waits up to `bare_annotate_delay_s` for its bind: bound by then, its
-        PodGroup is created carrying the start stamp (the scheduler's own stamp found no PodGroup) and the pod
-        needs no patch: one write where a PodGroup made before the bind took three (its create, the scheduler's
-        stamp, and the pod patch or a read of the stamp). One still pending then gets its PodGroup and its
-        annotation; a bind that lands meanwhile shows in the patch's answer, and the PodGroup is stamped."""
+        PodGroup is created carrying the start stamp (the scheduler stamps no PodGroup its plan did not see
+        in the cluster) and the pod needs no patch: one write where a PodGroup made before the bind took three
+        (its create, the scheduler's stamp, and the pod patch or a read-back of the stamp). One still pending
+        then gets its PodGroup and its annotation, as in KAI. That PodGroup is followed until its pod's bind:
+        a bind before the pod patch shows in the patch's answer; a later one is checked, once the wait after it
+        has given the scheduler's own stamp time to land, and stamped if the scheduler's plan did not know the
+        PodGroup yet."""
         reason = t.skip_reason(pod)
         if reason is None:
             owners = await self.owner_chain(pod)
@@ -221,7 +233,15 @@ class PodGrouper:
         desired = t.desired_podgroup(grouping, pod)
         started = t.start_stamp(pod)  # a pod bound already: its new PodGroup says when it started
         key, bare = t.pod_key(pod), rules.controller_ref(pod) is None
-        if bare and started is None and self.bare_annotate_delay_s > 0 and key not in self._due:
+        waits = self.bare_annotate_delay_s > 0 and key not in self._due
+        if bare and key in self._unstamped:  # its PodGroup was made while it was pending
+            if started is None:
+                return FOLLOWING
+            if waits:
+                return DEFERRED
+            self._unstamped.discard(key)
+            return "grouped" if await self._stamp_unless_stamped(desired, started) else "unchanged"
+        if bare and started is None and waits:
             self._first_seen.setdefault(key, desired)
             return DEFERRED
         # a bare pod's PodGroup is the one for the pod as first seen: the labels its bind adds (runai-gpu-group)
@@ -229,25 +249,28 @@ class PodGrouper:
         desired = self._first_seen.pop(key, desired)
         written = await self.ensure_podgroup(desired, started=started)
         changed = bool(written)
+        made_first = bare and written == CREATED and started is None  # before the bind its plan may not know it
         patch = t.pod_patch(pod, grouping)
         if patch is not None:
-            # a bare pod's bind may land between the read above and this patch, after the scheduler's start
-            # stamp found no PodGroup: the answer tells
-            racing = bare and written == CREATED and started is None
             try:
                 answer = await self.kube.patch(k.PODS, t.meta(pod)["name"], patch,
-                                               namespace=t.meta(pod).get("namespace"), answer=racing)
+                                               namespace=t.meta(pod).get("namespace"), answer=made_first)
             except NotFoundError:
                 return "skipped:pod gone"
             self._writes.labels(kind="pod").inc()
             changed = True
-            late = t.start_stamp(answer) if racing and answer else None
-            if late is not None:
+            late = t.start_stamp(answer) if made_first and answer else None
+            if late is not None:  # bound meanwhile
                 await self._stamp_start(desired, late)
+                made_first = False
         if changed:
             log.info("pod_grouped", pod=t.pod_key(pod), podgroup=desired["metadata"]["name"],
                      subgroup=grouping.subgroup, min_member=desired["spec"].get("minMember"),
                      queue=desired["spec"].get("queue"), priority_class=desired["spec"].get("priorityClassName"))
+        if made_first:
+            self._unstamped.add(key)
+            self._due.discard(key)  # its bind starts a wait of its own
+            return FOLLOWING
         return "grouped" if changed else "unchanged"
 
     async def owner_chain(self, pod: dict) -> list[dict]:
@@ -302,6 +325,18 @@ class PodGrouper:
             self._writes.labels(kind="podgroup_patch").inc()
         except NotFoundError:
             pass  # gone with its pod
+
+    async def _stamp_unless_stamped(self, desired: dict, started: str) -> bool:
+        """The start stamp on a PodGroup that has none (read from the apiserver's watch cache); True if written."""
+        meta = desired["metadata"]
+        try:
+            current = await self.kube.get(k.PODGROUPS, meta["name"], namespace=meta["namespace"], cached=True)
+        except NotFoundError:
+            return False  # gone with its pod
+        if (t.meta(current).get("annotations") or {}).get(LAST_START):
+            return False
+        await self._stamp_start(desired, started)
+        return True
 
     async def ensure_podgroup(self, desired: dict, *, started: str | None = None) -> str:
         """Create the PodGroup or patch the fields it owns: CREATED, PATCHED or "" (nothing written). A
@@ -396,4 +431,4 @@ class PodGrouper:
 
     def stats(self) -> dict[str, Any]:
         return {"pods": len(self._names), "pending": len(self.latest), "queued": len(self._queued),
-                "retrying": len(self._retry_handles), "deferred": len(self._deferred)}
+                "retrying": len(self._retry_handles), "deferred": len(self._deferred), "following": len(self._unstamped)}

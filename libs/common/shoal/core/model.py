@@ -169,6 +169,9 @@ class PodGroup(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     last_bind_failure: str | None = None  # shoal.io/last-bind-failure (RFC3339)
     last_bind_error: str = ""  # shoal.io/last-bind-error
     core_pods: tuple[str, ...] = ()  # status.schedulingState.corePods as last published (semi-preemptible)
+    # made here by the podgrouper's rules for pods whose PodGroup is not in the cluster (yet): the scheduler
+    # writes nothing onto it (the podgrouper creates it, a bare pod's after the bind with its start stamp)
+    generated: bool = False
 
     @property
     def key(self) -> str:

@@ -146,3 +146,40 @@ async def test_fair_share_figures_a_busy_shard_outpaces_are_stale_only_once_old(
     planner.fair_shares = FairShares(None)
     await planner._check_fairshare("pool", 120)  # no figures at all
     assert warnings() == 2
+
+
+class Plans:
+    """Keeps what the planner publishes."""
+
+    def __init__(self) -> None:
+        self.messages: list = []
+
+    async def publish(self, topic, message, *, key=None, headers=None):
+        self.messages.append((topic, message))
+        return 0, len(self.messages)
+
+
+async def test_the_start_stamp_of_a_podgroup_not_in_the_cluster_is_left_to_the_podgrouper():
+    """A bare pod is planned in the PodGroup the podgrouper is making for it; that PodGroup does not exist yet,
+    so the plan the binder gets carries no start stamp for it (the podgrouper creates it with the stamp), while a
+    PodGroup in the cluster gets its stamp as before."""
+    from shoal.core.model import ANNOTATION_LAST_START
+    from shoal.core.plan import Annotate, Bind
+
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "4", "pods": "110"}}}
+    named = pending_pod(1)
+    bare = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "solo", "namespace": "ns", "uid": "u-solo", "labels": {"kai.scheduler/queue": "q"}},
+            "spec": {"schedulerName": "shoal-scheduler", "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+            "status": {"phase": "Pending"}}
+    bus = Plans()
+    planner = Planner(shard_filter=frozenset(), snapshots=Snapshots(5, (QUEUE, node, *named, bare)),
+                      fair_shares=NoFairShare(), inflight=InFlight(), bus=bus, metrics=Metrics())
+    announced = SnapshotPublished(meta=new_meta("snapshotter", revision=5), shard="default", revision=5, nodes=1,
+                                  pods=2, pending_pods=2)
+    await asyncio.wait_for(planner.on_snapshot(announced, DELIVERY), 5)
+    [plan] = [m for topic, m in bus.messages if topic == "shoal.plans.v1"]
+    assert sorted(op.pod for op in plan.ops if isinstance(op, Bind)) == ["ns/p1", "ns/solo"]
+    stamps = [op.pod_group for op in plan.ops if isinstance(op, Annotate) and op.key == ANNOTATION_LAST_START]
+    assert stamps == ["ns/pg1"]

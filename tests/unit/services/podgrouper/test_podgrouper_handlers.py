@@ -181,7 +181,7 @@ async def test_skipped_and_bare_pods():
     assert await g.reconcile(bare) == "skipped:bare pod with pod-group-name"
     assert kube.writes == []
     del bare["metadata"]["annotations"]
-    assert await g.reconcile(bare) == "grouped"
+    assert await g.reconcile(bare) == "following"  # grouped, and its PodGroup followed until the pod's bind
     assert ("podgroups", "ns", "pg-solo-u1") in kube.store
 
 
@@ -209,7 +209,7 @@ async def test_a_podgroup_made_for_a_bound_pod_carries_its_start_stamp():
     assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo")]
     pending = bare_pod("waiting")
     kube = FakeKube([pending])
-    assert await grouper(kube).reconcile(pending) == "grouped"
+    assert await grouper(kube).reconcile(pending) == "following"
     assert LAST_START not in kube.store[("podgroups", "ns", "pg-waiting-uid-waiting")]["metadata"].get("annotations", {})
 
 
@@ -283,11 +283,55 @@ async def test_a_bare_pod_bound_within_the_wait_gets_its_podgroup_with_the_start
 async def test_a_bare_pod_still_pending_when_the_wait_ends_gets_its_podgroup_and_annotation_then():
     async with watching_one_bare_pod(0.1) as (g, kube, _):
         assert kube.writes == []
-        await wait_until(lambda: "ns/solo" in g._done)
+        await wait_until(lambda: g.stats()["following"] == 1)
     assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo")]
     assert kube.store[("pods", "ns", "solo")]["metadata"]["annotations"]["pod-group-name"] == "pg-solo-uid-solo"
     assert LAST_START not in kube.store[("podgroups", "ns", "pg-solo-uid-solo")]["metadata"].get("annotations", {})
     assert g.stats()["deferred"] == 0 and not g._due and not g._first_seen
+
+
+@pytest.mark.parametrize("scheduler_stamped", [False, True])
+async def test_a_podgroup_made_before_the_bind_is_followed_and_stamped_unless_the_scheduler_did(scheduler_stamped):
+    """Still pending when the wait ends: PodGroup and annotation then; the pod is followed (nothing kept) until
+    its bind, and once a wait after the bind has passed the PodGroup is read (watch cache) and stamped if the
+    scheduler's plan, made before it knew the PodGroup, did not stamp it."""
+    async with watching_one_bare_pod(0.1) as (g, kube, pending):
+        await wait_until(lambda: g.stats()["following"] == 1 and not g._queued and not g._processing)
+        assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo")]
+        assert "ns/solo" not in g._done and "ns/solo" not in g.latest
+        g._offer(kube.store[("pods", "ns", "solo")], "shoal-scheduler")  # a status change while pending
+        await asyncio.sleep(0.05)
+        assert g.stats()["following"] == 1 and g.stats()["deferred"] == 0
+        if scheduler_stamped:
+            pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+            pg["metadata"].setdefault("annotations", {})[LAST_START] = "2026-12-06T03:00:05Z"
+        bound = bound_by_binding(kube.store[("pods", "ns", "solo")], at="2026-12-06T03:00:06Z")
+        kube.put(bound)
+        g._offer(bound, "shoal-scheduler")
+        await wait_until(lambda: "ns/solo" in g._done)
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    stamp = "2026-12-06T03:00:05Z" if scheduler_stamped else "2026-12-06T03:00:06Z"
+    assert pg["metadata"]["annotations"][LAST_START] == stamp
+    assert ("podgroups", "pg-solo-uid-solo") in kube.reads
+    extra = [] if scheduler_stamped else [("patch", "podgroups", "pg-solo-uid-solo")]
+    assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo"), *extra]
+    assert g.stats()["following"] == 0 and g.stats()["deferred"] == 0 and not g._due
+
+
+async def test_news_of_a_pod_that_came_while_it_was_grouped_does_not_group_it_again():
+    """A watch event that lands while the pod is being handled queues it again; a pod done by then is left."""
+    p = pod()
+    kube = FakeKube([JOB, p])
+    g = grouper(kube)
+    g.latest["ns/train-a"] = p
+    await g._handle("ns/train-a")
+    assert g._done["ns/train-a"] == "uid-train-a" and "ns/train-a" not in g.latest
+    writes = list(kube.writes)
+    newer = copy.deepcopy(p)
+    newer["metadata"].setdefault("labels", {})["runai-gpu-group"] = "g1"
+    g.latest["ns/train-a"] = newer  # as `_again` leaves it
+    await g._handle("ns/train-a")
+    assert kube.writes == writes and "ns/train-a" not in g.latest
 
 
 async def test_a_bind_racing_the_annotation_at_the_end_of_the_wait_stamps_the_podgroup():

@@ -133,7 +133,7 @@ def pod_entry(obj: Mapping, *, now: str, class_names: Iterable[str]) -> PodEntry
         missing_subgroup = label_subgroup if label_subgroup is not None else grouping.subgroup
         grouping.podgroup["metadata"]["name"] = name
         try:
-            generated = podgroup_from(grouping.podgroup, now)
+            generated = msgspec.structs.replace(podgroup_from(grouping.podgroup, now), generated=True)
         except IngestError:
             generated = None
         # the podgrouper's own pod-group-name (same name) leaves it bare: the pod's annotation may be seen before

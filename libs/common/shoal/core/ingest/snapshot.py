@@ -217,7 +217,7 @@ class _Reading:
         for key, manifest in sorted(members.generated.items()):
             index, pod_key = members.generated_by.get(key, (-1, ""))
             try:
-                groups[key] = podgroup_from(manifest, now_text)
+                groups[key] = msgspec.structs.replace(podgroup_from(manifest, now_text), generated=True)
             except IngestError as exc:
                 if pod_key in pods or index < 0:  # else the pod's own problem (the same field, copied) says it
                     self.problems.append(Problem(index, f"PodGroup {key} made for it: {exc.field}", exc.message))
