@@ -33,6 +33,8 @@ async def test_tiny_e2e_benchmark_binds_every_pod_in_every_phase_and_leaves_noth
         assert len(record["load_before"]) == 3 and "bench-watcher" in record["cpu_s"]
         if record["scheduler"] == "shoal":
             assert {f"shoal-{s}" for s in SHOAL_SERVICES} <= set(record["cpu_s"])
+            # every pod's PodGroup exists before the phase is measured (a bare pod's may follow its bind)
+            assert record["figures"]["groups_settled_s"] >= 0, record
         elif record["kind"] != "bind-ceiling":
             assert record["scheduler"] in record["cpu_s"]
     backlog = {r["scheduler"]: r["figures"] for r in result["records"] if r["kind"] == "backlog"}

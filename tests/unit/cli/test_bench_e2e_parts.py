@@ -137,6 +137,21 @@ def test_the_watchers_file_is_read_incrementally_even_across_a_half_written_line
     assert log.poll() == 1 and log.bound == {"a": 2.0}  # the first sighting counts
 
 
+async def test_the_watchers_file_says_when_each_podgroup_was_first_seen_and_the_bench_waits_for_them(tmp_path):
+    from shoal.devstack.bench_phases import groups_settled
+
+    path = tmp_path / "w.jsonl"
+    log = BoundLog(path)
+    plans = pod_mix(10, "s")  # a gang (one PodGroup) and six bare pods (one each): seven
+    lines = [{"ready": 1.0}, *({"pod": p.name, "bound": 5.0, "node": "n"} for p in plans),
+             *({"group": f"g{i}", "at": 3.0 + i} for i in range(7)), {"group": "g0", "at": 99.0}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert await groups_settled(log, plans, "shoal", timeout_s=1) == {"groups_settled_s": 4.0}
+    assert log.groups["g0"] == 3.0  # the first sighting counts
+    assert await groups_settled(log, plans, "plain", timeout_s=1) == {}
+    assert await groups_settled(log, pod_mix(20, "s"), "shoal", timeout_s=0.2) == {"groups_settled_s": -1.0}
+
+
 def _record(scheduler, rep, p50, kind="steady", rate=10.0):
     return {"kind": kind, "scheduler": scheduler, "rate": rate, "pods": 30, "bound": 30, "repetition": rep,
             "figures": {"p50_ms": p50}, "cpu_s": {"x": p50 / 10}, "load_before": [1.0 + rep, 0, 0],

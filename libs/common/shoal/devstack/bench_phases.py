@@ -201,6 +201,18 @@ class Meter:
                 "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
+async def groups_settled(log: BoundLog, plans: list[PodPlan], flavour: Flavour, timeout_s: float) -> dict[str, float]:
+    """Shoal's work for the pods is done once every pod's PodGroup exists too (a bare pod's may follow its bind):
+    wait for them (the meter reads CPU after), and report how long after the last bind the last one came."""
+    if flavour != "shoal":
+        return {}
+    expected = len({p.group for p in plans if p.group}) + sum(1 for p in plans if not p.group)
+    complete = await log.wait_for_groups(expected, timeout_s)
+    last_bound = max(log.bound.values(), default=0.0)
+    last_group = max(log.groups.values(), default=last_bound)
+    return {"groups_settled_s": round(max(0.0, last_group - last_bound), 3) if complete else -1.0}
+
+
 def _record(kind: str, scheduler: str, arena: Arena, plans: list[PodPlan], bound: dict[str, float],
             figures: dict[str, float], meter: dict[str, Any], **extra: Any) -> dict[str, Any]:
     names = {p.name for p in plans}
@@ -223,6 +235,7 @@ async def backlog(bench: Bench, scheduler: str, pods: int) -> dict[str, Any]:
                                               tag=arena.tag, pool=arena.pool)
             meter.running = running
             await log.wait_for({p.name for p in plans}, bench.timeout_s)
+            settled = await groups_settled(log, plans, flavour, bench.timeout_s)
             measured = meter.end(watcher.pid)
         times = [log.bound[p.name] for p in plans if p.name in log.bound]
         launched = running.launched_at
@@ -232,7 +245,7 @@ async def backlog(bench: Bench, scheduler: str, pods: int) -> dict[str, Any]:
                    "drain_from_launch_pods_per_s": rate(len(times), last - launched),
                    "drain_bound_pods_per_s": rate(len(times) - 1, last - first),
                    **{k_: v for k_, v in latency_figures([(t - launched) * 1000 for t in times]).items()
-                      if k_ in ("p50_ms", "p99_ms")}}
+                      if k_ in ("p50_ms", "p99_ms")}, **settled}
         return _record("backlog", scheduler, arena, plans, log.bound, figures, measured)
     finally:
         if running is not None:
@@ -293,6 +306,7 @@ async def steady(bench: Bench, scheduler: str, pods_per_s: float, duration_s: fl
             meter = Meter(bench, running)
             created = await arrive(bench, arena, plans, flavour, pods_per_s)
             await log.wait_for({p.name for p in plans}, bench.timeout_s)
+            settled = await groups_settled(log, plans, flavour, bench.timeout_s)
             measured = meter.end(watcher.pid)
         starts = sorted(created.values())
         latencies = {n: (log.bound[n] - t) * 1000 for n, t in created.items() if n in log.bound}
@@ -300,7 +314,7 @@ async def steady(bench: Bench, scheduler: str, pods_per_s: float, duration_s: fl
                    **latency_figures(list(latencies.values())), **figures_by_kind(plans, latencies),
                    # kube-scheduler binds gang members alone: its ready → bound is its create → bound
                    **ready_figures(list((ready_latencies(plans, created, log.bound) if flavour == "shoal"
-                                         else latencies).values()))}
+                                         else latencies).values())), **settled}
         return _record("steady", scheduler, arena, plans, log.bound, figures, measured, rate=pods_per_s,
                        duration_s=duration_s, startup_s=round(running.ready_at - running.launched_at, 3))
     finally:
