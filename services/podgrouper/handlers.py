@@ -392,7 +392,10 @@ class PodGrouper:
                     return CREATED
                 except ConflictError:
                     continue  # created meanwhile (another worker or replica): read it and compare
-            patch = t.podgroup_patch(existing, desired)
+            # a pod bound already whose PodGroup has no start stamp (made before the bind by a podgrouper that
+            # restarted before it could follow the bind): the stamp too; the scheduler's own is never overwritten
+            unstamped = started is not None and not (t.meta(existing).get("annotations") or {}).get(LAST_START)
+            patch = t.podgroup_patch(existing, made if unstamped else desired)
             if patch is None:
                 return ""
             try:

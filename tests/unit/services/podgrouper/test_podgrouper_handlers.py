@@ -318,6 +318,26 @@ async def test_a_podgroup_made_before_the_bind_is_followed_and_stamped_unless_th
     assert g.stats()["following"] == 0 and g.stats()["deferred"] == 0 and not g._due
 
 
+@pytest.mark.parametrize("scheduler_stamped", [False, True])
+async def test_a_podgrouper_restarted_while_following_stamps_the_podgroup_its_pod_was_bound_to(scheduler_stamped):
+    """The PodGroup was made before the bind by a podgrouper that restarted before the bind (nothing kept): the
+    new one, seeing the bound pod, finds the PodGroup unstamped and stamps it; a scheduler's stamp is kept."""
+    pending = bare_pod()
+    kube = FakeKube([pending])
+    assert await grouper(kube).reconcile(pending) == "following"
+    if scheduler_stamped:
+        pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+        pg["metadata"].setdefault("annotations", {})[LAST_START] = "2026-12-06T03:00:05Z"
+    bound = bound_by_binding(kube.store[("pods", "ns", "solo")], at="2026-12-06T03:00:06Z")
+    kube.put(bound)
+    writes = list(kube.writes)
+    assert await grouper(kube).reconcile(bound) == ("unchanged" if scheduler_stamped else "grouped")
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    stamp = "2026-12-06T03:00:05Z" if scheduler_stamped else "2026-12-06T03:00:06Z"
+    assert pg["metadata"]["annotations"][LAST_START] == stamp
+    assert kube.writes == writes + ([] if scheduler_stamped else [("patch", "podgroups", "pg-solo-uid-solo")])
+
+
 async def test_news_of_a_pod_that_came_while_it_was_grouped_does_not_group_it_again():
     """A watch event that lands while the pod is being handled queues it again; a pod done by then is left."""
     p = pod()
