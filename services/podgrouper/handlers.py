@@ -333,7 +333,7 @@ class PodGrouper:
             current = await self.kube.get(k.PODGROUPS, meta["name"], namespace=meta["namespace"], cached=True)
         except NotFoundError:
             return False  # gone with its pod
-        if (t.meta(current).get("annotations") or {}).get(LAST_START):
+        if t.has_start_stamp(current):
             return False
         await self._stamp_start(desired, started)
         return True
@@ -392,10 +392,9 @@ class PodGrouper:
                     return CREATED
                 except ConflictError:
                     continue  # created meanwhile (another worker or replica): read it and compare
-            # a pod bound already whose PodGroup has no start stamp (made before the bind by a podgrouper that
-            # restarted before it could follow the bind): the stamp too; the scheduler's own is never overwritten
-            unstamped = started is not None and not (t.meta(existing).get("annotations") or {}).get(LAST_START)
-            patch = t.podgroup_patch(existing, made if unstamped else desired)
+            # a PodGroup made before its pod's bind by a podgrouper that restarted before it could follow the bind
+            # gets the stamp here
+            patch = t.podgroup_patch(existing, desired, started)
             if patch is None:
                 return ""
             try:

@@ -104,9 +104,12 @@ def desired_podgroup(grouping: rules.Grouping, pod: Mapping) -> dict:
     return manifest
 
 
-def podgroup_patch(existing: Mapping, desired: Mapping) -> dict | None:
+def podgroup_patch(existing: Mapping, desired: Mapping, started: str | None = None) -> dict | None:
     """A merge patch bringing `existing` to `desired` on the fields the podgrouper owns; None if in line.
-    Labels and annotations are only added or updated (the scheduler writes its own annotations)."""
+    Labels and annotations are only added or updated (the scheduler writes its own annotations). `started`
+    (a pod of it is bound) is added as the start stamp to a PodGroup that has none; one it has is kept."""
+    if not has_start_stamp(existing):
+        desired = with_start_stamp(dict(desired), started)
     patch: dict = {}
     have_spec, want_spec = _map(existing.get("spec")), _map(desired.get("spec"))
     spec = {key: want_spec.get(key) for key in MANAGED_SPEC if have_spec.get(key) != want_spec.get(key)}
@@ -180,6 +183,10 @@ def start_stamp(pod: Mapping) -> str | None:
                 and condition.get("status") == "True" and condition.get("lastTransitionTime"):
             return str(condition["lastTransitionTime"])
     return utc_now()
+
+
+def has_start_stamp(podgroup: Mapping) -> bool:
+    return bool(_map(meta(podgroup).get("annotations")).get(ANNOTATION_LAST_START))
 
 
 def with_start_stamp(podgroup: dict, started: str | None) -> dict:

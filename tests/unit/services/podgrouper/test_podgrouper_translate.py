@@ -80,6 +80,12 @@ def test_podgroup_patch_only_touches_what_the_podgrouper_owns():
     assert t.podgroup_patch(drifted, desired) == {"spec": {"minMember": 3, "minSubGroup": None}}
     orphaned = {**existing, "metadata": {**existing["metadata"], "ownerReferences": []}}
     assert t.podgroup_patch(orphaned, desired) == {"metadata": {"ownerReferences": [JOB_REF]}}
+    # a start stamp is added to a PodGroup without one, never over the one it has
+    assert t.podgroup_patch(existing, desired, started="y") is None
+    unstamped = {**desired, "metadata": {**desired["metadata"], "resourceVersion": "5"}}
+    assert t.podgroup_patch(unstamped, desired) is None
+    assert t.podgroup_patch(unstamped, desired, started="y") == {
+        "metadata": {"annotations": {"kai.scheduler/last-start-timestamp": "y"}}}
 
 
 def test_pod_patch_and_subgroup_label():
