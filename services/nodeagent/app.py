@@ -71,10 +71,11 @@ def simulated_usage(pods: list[PodView], pod_gpus: dict[str, tuple[str, ...]]) -
 
 @dataclass(frozen=True)
 class QuietTick:
-    """A fake node's tick that acted on nothing: no shared GPU to police, no process, no write or event. Its
-    outcome depends only on the node, its pods and the GPU sample (time matters only to shares and processes),
-    so while the same NodeView, the same PodView objects (new ones are made for every changed pod) and an
-    equal sample come back, the tick is not computed again: a backlog's 133 fake nodes tick every second."""
+    """A fake node's tick that acted on nothing: no process, no write or event, and a policy state it left as
+    it found it with no clock reading in it (`NodeAgent.timeless`: shared GPUs without processes qualify).
+    Its outcome then depends only on the node, its pods and the GPU sample, so while the same NodeView, the
+    same PodView objects (new ones are made for every changed pod) and an equal sample come back, the tick is
+    not computed again: a backlog's hundreds of fake nodes tick every second."""
 
     node: NodeView
     pods: tuple[PodView, ...]
@@ -82,9 +83,9 @@ class QuietTick:
     result: TickResult
 
     @staticmethod
-    def applies(result: TickResult, sample: Any) -> bool:
-        return not (result.annotate or result.recorded or result.events or result.kills or result.configmaps or result.pods
-                    or sample.processes or sample.partial)
+    def applies(result: TickResult, sample: Any, timeless: bool) -> bool:
+        return timeless and not (result.annotate or result.recorded or result.events or result.kills
+                                 or result.configmaps or sample.processes or sample.partial)
 
     def same(self, node: NodeView, pods: list[PodView], sample: Any) -> bool:
         return node is self.node and len(pods) == len(self.pods) and \
@@ -235,6 +236,7 @@ class NodeAgentApp(Effects):
         if quiet is not None and not telemetry_due and quiet.same(node, pods, sample):
             return quiet.result  # nothing the tick reads changed, and it had nothing to do: the same outcome
         fake = self.config.may_choose_devices
+        state, plan_no = agent.state, agent.plan_no
         result = agent.tick(node, pods, sample, now, policy=self.settings.policy_for(pool),
                             sharing_mode=self.settings.mode_for(pool), refs=refs, observed=observed,
                             recorded=self.device_record.of(node.name) if fake else None)
@@ -253,7 +255,7 @@ class NodeAgentApp(Effects):
             self.last_published[node.name] = now
             self.send_telemetry(node.name, usage)
         self.quiet.pop(node.name, None)
-        if isinstance(inv, FakeInventory) and QuietTick.applies(result, sample):
+        if isinstance(inv, FakeInventory) and QuietTick.applies(result, sample, agent.timeless(state, plan_no)):
             self.quiet[node.name] = QuietTick(node, tuple(pods), sample, result)
         return result
 

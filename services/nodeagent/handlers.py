@@ -287,6 +287,13 @@ class NodeAgent:
                 if self.written.get((pod.namespace, name)) != data:
                     result.configmaps.append(WriteConfigMap(pod.namespace, name, data, pod.name, pod.uid))
 
+    def timeless(self, before: PolicyState, plan_no: int) -> bool:
+        """The last tick left the policy state as `before` was, with no clock reading in it (no share over its
+        limit, none waiting for memory back, no kill pending) and turned no time-slicing plan: ticking the
+        same inputs again gives the same outcome whatever `now` is."""
+        s = self.state
+        return self.plan_no == plan_no and s == before and not (s.over_since or s.needing_since or s.pending_kill)
+
     def configmap_written(self, action: WriteConfigMap) -> None:
         self.written[(action.namespace, action.name)] = action.data
 
