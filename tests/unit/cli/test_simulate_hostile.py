@@ -108,6 +108,8 @@ CORPUS = {
                                                          {"limits": {"nvidia.com/gpu": 2**63}})),
     "node_capacity_huge.yaml": _yaml_docs(_with(NODE, ("status", "allocatable", "memory"), "99999999999Ei"), QUEUE),
     "job_bad_timestamp.yaml": _yaml_docs(NODE, QUEUE, _with(JOB, ("metadata", "creationTimestamp"), "notatime")),
+    # a field named "\r" ended the problem line inside the field's name (found by the search below)
+    "config_key_cr.yaml": _yaml_docs(NODE, QUEUE, _with(CONFIG, ("spec",), {"\r": 0})),
 }
 
 
@@ -131,6 +133,8 @@ def test_a_problem_names_what_it_got(tmp_path: Path) -> None:
     lines = run_simulate(path)[2].strip().splitlines()
     assert lines == [f"{path}:3: metadata.creationTimestamp: invalid RFC3339 timestamp 'notatime'"] or \
         all(line.startswith(f"{path}:3: ") for line in lines), lines
+    path.write_text(CORPUS["config_key_cr.yaml"])
+    assert run_simulate(path)[2] == f"{path}:3: spec.\\r: unknown field\n"
 
 
 # ---- the search ------------------------------------------------------------------------------------------

@@ -89,8 +89,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _fail(lines: list[str]) -> int:
     for line in lines:
-        print(line, file=sys.stderr)
+        print(one_line(line), file=sys.stderr)
     return 2
+
+
+def one_line(text: str) -> str:
+    """The problem line as one printable line: a character the input named it by that is not printable (a key
+    "\r" would end the line there) is written as its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _load_config(path: str) -> tuple[dict | None, list[str]]:
