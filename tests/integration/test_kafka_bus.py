@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from shoal.adapters.kafka import Consumer, Delivery, Publisher, dlq_topic, ensure_topics
 from shoal.errors import PermanentError, TransientError
@@ -290,6 +290,41 @@ async def test_the_consumer_asks_the_broker_for_short_fetch_waits(kafka: KafkaSe
     async with running(consumer):
         fetcher = consumer._consumer._fetcher  # type: ignore[union-attr]
         assert fetcher._fetch_max_wait_ms == 40
+
+
+@pytest.mark.parametrize("interval_ms", [0, 60_000])
+async def test_done_offsets_are_committed_at_most_once_per_interval_and_all_of_them_on_stop(
+        kafka: KafkaSettings, topic_prefix: str, group: str, interval_ms: int) -> None:
+    """A commit is a round trip the consume loop waits for: with `commit_interval_ms` the loop commits at most
+    once per interval (0: after every batch), so a message handled within the interval of the last commit stays
+    uncommitted while the consumer runs, and a stop commits it."""
+    topic = f"{topic_prefix}interval{interval_ms}.v1"
+    await ensure_topics(kafka, [topic], partitions=1)
+    assert 0 < KafkaSettings().commit_interval_ms <= 1000  # a crash redelivers at most this much
+    partition = TopicPartition(topic, 0)
+    got: list[tuple[Any, Delivery]] = []
+    consumer = Consumer(msgspec.structs.replace(kafka, commit_interval_ms=interval_ms), [topic], group_id=group,
+                        message_type=Message, handler=collector(got))
+
+    async def committed() -> int | None:
+        return await consumer._consumer.committed(partition)  # type: ignore[union-attr]
+
+    async with Publisher(kafka) as bus:
+        async with running(consumer):
+            await bus.publish(topic, Ping(id="c0", seq=0), key="pool-a")
+            await until(lambda: len(got) == 1)
+            async with asyncio.timeout(10):
+                while await committed() != 1:  # the first done offset goes at once
+                    await asyncio.sleep(0.05)
+            await bus.publish(topic, Ping(id="c1", seq=1), key="pool-a")
+            await until(lambda: len(got) == 2)
+            await asyncio.sleep(0.6)  # several turns of the loop
+            assert await committed() == (2 if interval_ms == 0 else 1)
+        again: list[tuple[Any, Delivery]] = []
+        async with running(Consumer(kafka, [topic], group_id=group, message_type=Message,
+                                    handler=collector(again))):
+            await asyncio.sleep(1.5)
+    assert again == []  # the stop committed the second
 
 
 async def test_work_left_running_counts_only_when_it_and_all_earlier_work_finished(

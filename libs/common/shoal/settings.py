@@ -40,6 +40,7 @@ PREFIX = "SHOAL_"
 Port = Annotated[int, Meta(ge=0, le=65535)]
 PositiveInt = Annotated[int, Meta(gt=0)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
+NonNegativeInt = Annotated[int, Meta(ge=0)]
 
 
 def doc(text: str) -> Meta:
@@ -80,6 +81,10 @@ class KafkaSettings(Section, frozen=True, kw_only=True):
     # records in hand fetches the others alone, and new records of that partition wait for that fetch to end
     # (500 ms, the client's default, delayed a plan by up to half a second behind a busy handler)
     fetch_max_wait_ms: Annotated[PositiveInt, doc("how long a broker holds a fetch that finds no new data")] = 50
+    # a commit is a round trip the consumer waits for before its next records: at most one per interval (a
+    # crash redelivers what was handled since, which handlers tolerate; a stop or a rebalance commits it all)
+    commit_interval_ms: Annotated[NonNegativeInt,
+                                  doc("done offsets committed at most this often (0: after every batch)")] = 200
 
     def problems(self) -> list[str]:
         found = []

@@ -354,11 +354,12 @@ class Consumer(Generic[T]):
         self._unfinished = Unfinished(pipeline)  # work handlers left running, per partition in offset order
         self._owned: set[TopicPartition] = set()
         self._lock = asyncio.Lock()
+        self._committed_at = float("-inf")  # loop time of the last commit (`_commit_due`)
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         metrics = metrics or Metrics()
-        self._handled = metrics.counter("kafka_messages_handled_total", "Messages handled and committed.",
+        self._handled = metrics.counter("kafka_messages_handled_total", "Messages handled (committed within commit_interval_ms).",
                                         ["topic"])
         self._dead = metrics.counter("kafka_messages_dead_lettered_total", "Messages sent to a .dlq topic.",
                                      ["topic", "reason"])
@@ -426,7 +427,8 @@ class Consumer(Generic[T]):
                 async with self._lock:
                     for tp in self._unfinished.partitions():
                         rewound |= await self._settle(tp)
-                await self._commit(None)
+                if self._commit_due():
+                    await self._commit(None)
                 if rewound:
                     await self._pause(self._redelivery_backoff_s)
         finally:
@@ -560,11 +562,17 @@ class Consumer(Generic[T]):
                     offset=record.offset, reason=reason, error=str(error))
         return True
 
+    def _commit_due(self) -> bool:
+        """The consume loop commits at most once per `commit_interval_ms` (the round trip delays its next
+        records); what was done meanwhile waits for the next commit, a stop or a rebalance."""
+        return asyncio.get_running_loop().time() >= self._committed_at + self._settings.commit_interval_ms / 1000
+
     async def _commit(self, only: set[TopicPartition] | None) -> None:
         """Commit the done offsets (of `only` these partitions)."""
         offsets = {tp: off for tp, off in self._pending.items() if only is None or tp in only}
         if not offsets or self._consumer is None:
             return
+        self._committed_at = asyncio.get_running_loop().time()
         for tp in offsets:
             del self._pending[tp]
         try:
