@@ -32,7 +32,7 @@ KUBE_EQUAL = "kube-scheduler-qps5000"
 SCHEDULERS = (SHOAL, KUBE_DEFAULT, KUBE_EQUAL)
 SHOAL_SERVICES = ("podgrouper", "snapshotter", "fairshare", "planner", "binder", "nodeagent")
 EQUAL_QPS = 5000
-STACK_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "fakekubelet")
+STACK_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "fakekubelet", "kafka", "redis")
 ISOLATED_LABEL = "shoal.io/isolated"  # the session's own Shoal (tests/e2e) leaves these nodes alone
 
 
