@@ -25,6 +25,7 @@ from services.binder.fractions import FractionRefused
 from services.binder.publishing import Publishing
 from services.binder.reservation_watch import ReservationWatch
 from services.binder.shared_gpus import SharedGpus
+from services.binder.write_order import Turn, WriteOrder
 from shoal.adapters import kube as k
 from shoal.adapters.dedup import SeenIds
 from shoal.adapters.inflight import InFlight, live
@@ -91,7 +92,11 @@ class Binder(Publishing, SharedGpus, Evictions):
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
-    _applying: dict[str, asyncio.Future] = field(default_factory=dict)  # shard → its latest plan under way
+    _order: WriteOrder = field(default_factory=WriteOrder)  # plan order per object written (`write_order`)
+    _started: dict[str, int] = field(default_factory=dict)  # shard → number of its latest plan started here
+    _queues_written: dict[str, int] = field(default_factory=dict)  # shard → number of the plan whose figures
+    _queue_locks: dict[str, asyncio.Lock] = field(default_factory=dict)  # one Queue status write at a time
+    _count: int = 0  # plans started here (their numbers)
     _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
     _made: set[str] = field(default_factory=set)  # reservation pods made here and not yet seen by the watch
     _creating: dict[str, asyncio.Future] = field(default_factory=dict)  # reservation pod → its create under way
@@ -115,18 +120,20 @@ class Binder(Publishing, SharedGpus, Evictions):
         """Start applying the plan; returns its work, under way (None: applied in full before). The next
         plan's reservations and binds may start at once (the planner never plans a pod or GPU another plan
         holds in flight); each plan's events follow its own binds, while the rest of each plan (evictions,
-        conditions, annotations, queue status) runs in plan order per shard (`_finish`)."""
+        conditions, annotations) follows the earlier plans' writes to the same objects, and the newest plan's
+        queue figures win (`_finish`)."""
         if await self.seen.contains(plan.plan_id):
             return None  # a redelivery of a plan applied in full already
+        self._count += 1
+        number = self._started[plan.shard] = self._count
+        turns = self._order.take(plan.shard, [op for op in plan.ops if not isinstance(op, (Reserve, Bind, *UNORDERED))])
         binds = asyncio.ensure_future(self._reserve_and_bind(plan))
-        work = asyncio.ensure_future(self._finish(plan, binds, self._applying.get(plan.shard)))
-        self._applying[plan.shard] = work
-        work.add_done_callback(lambda done: self._forget(plan.shard, done))
+        work = asyncio.ensure_future(self._finish(plan, number, binds, turns))
+        work.add_done_callback(self._retrieved)
         return work
 
-    def _forget(self, shard: str, work: asyncio.Future) -> None:
-        if self._applying.get(shard) is work:
-            del self._applying[shard]
+    @staticmethod
+    def _retrieved(work: asyncio.Future) -> None:
         if not work.cancelled():
             work.exception()  # retrieved: the consumer (or on_plan) reports it
 
@@ -147,27 +154,25 @@ class Binder(Publishing, SharedGpus, Evictions):
             self._leases.pop(plan.plan_id, None)
         return [round(time.perf_counter() - started, 3)]
 
-    async def _finish(self, plan: PlanIssued, binds: asyncio.Future, before: asyncio.Future | None) -> None:
-        """After the plan's binds: its events at once (what they say holds whatever another plan does); then,
-        after the previous plan's rest, what a later plan may overwrite (conditions, annotations, core pods,
-        evictions, pods' Unschedulable condition) and the queues' status, skipped when a later plan
-        of the shard is under way already (its figures are newer); then the plan counts as applied (marked
-        seen, its offset committable). Waiting on the previous plan holds a pipeline slot: only what needs the
-        order waits."""
+    async def _finish(self, plan: PlanIssued, number: int, binds: asyncio.Future, turns: list[Turn]) -> None:
+        """After the plan's binds: its events at once (what they say holds whatever another plan does); then
+        what a later plan may overwrite (conditions, annotations, core pods, evictions, pods' Unschedulable
+        condition), each write after the earlier plans' writes to the same object only (`write_order`: a
+        slow write to one PodGroup no longer holds every later plan, and with them the consumer's pipeline
+        slots), and the queues' status unless a later plan of the shard started already (its figures are
+        newer); then the plan counts as applied (marked seen, its offset committable once every earlier
+        plan's is)."""
         started = time.perf_counter()
         try:
             phases = await binds
             rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
             await self._concurrently(plan, [*[op for op in rest if isinstance(op, UNORDERED)],
                                             *self._notices.pop(plan.plan_id, [])])
-            if before is not None:
-                await asyncio.wait([before])  # its failure is its own (the consumer rewinds to it)
-            later = self._applying.get(plan.shard) not in (None, asyncio.current_task())
-            await asyncio.gather(self._concurrently(plan, [op for op in rest if not isinstance(op, UNORDERED)]),
-                                 *(() if later else (self.queue_statuses(plan),)))
+            written = await asyncio.gather(self._in_turn(plan, turns), self._queue_figures(plan, number))
             await self._flush(plan.plan_id)
             phases.append(round(time.perf_counter() - started, 3))
         finally:
+            self._order.release(turns)
             self._notices.pop(plan.plan_id, None)
             self.bind_failures.forget(plan.plan_id)
             for task in self._publishing.pop(plan.plan_id, []):
@@ -176,8 +181,31 @@ class Binder(Publishing, SharedGpus, Evictions):
         log.info("plan_applied", shard=plan.shard, plan_id=plan.plan_id, revision=plan.revision,
                  reservations=sum(isinstance(op, Reserve) for op in plan.ops),
                  binds=sum(isinstance(op, Bind) for op in plan.ops),
-                 other_ops=sorted({type(op).__name__ for op in rest}), queue_status=not later,
+                 other_ops=sorted({type(op).__name__ for op in rest}), queue_status=written[1],
                  phases_s=phases, seconds=round(time.perf_counter() - started, 3))
+
+    async def _in_turn(self, plan: PlanIssued, turns: list[Turn]) -> None:
+        gate = asyncio.Semaphore(self.parallel)
+
+        async def one(turn: Turn) -> None:
+            await turn.wait()
+            try:
+                async with gate:
+                    await self.apply(plan, turn.op)
+            finally:
+                turn.done()
+
+        await asyncio.gather(*(one(turn) for turn in turns))
+
+    async def _queue_figures(self, plan: PlanIssued, number: int) -> bool:
+        """The queues' status from this plan, one shard's writes one at a time; left out (False) when a later
+        plan of the shard started or wrote already."""
+        async with self._queue_locks.setdefault(plan.shard, asyncio.Lock()):
+            if self._started.get(plan.shard, 0) > number or self._queues_written.get(plan.shard, 0) > number:
+                return False
+            await self.queue_statuses(plan)
+            self._queues_written[plan.shard] = number
+            return True
 
     async def _concurrently(self, plan: PlanIssued, ops: list) -> None:
         gate = asyncio.Semaphore(self.parallel)

@@ -313,21 +313,79 @@ async def test_pipelined_plans_bind_at_once_post_their_events_at_once_but_finish
     assert await b.start_plan(plan_of([first], "plan-1"), DELIVERY) is None  # applied: a redelivery is a no-op
 
 
-async def test_queue_status_is_left_to_a_later_plan_already_under_way():
-    """Plans 1 and 2 both carry the queue's figures; plan 2 started before plan 1 finished, so only its
-    (newer) figures are written. A plan with no later one writes its own."""
+def _held_bind_of_plan_1() -> tuple[Bind, GatedKube, FakeSeen, Binder]:
+    """Plan 1's bind (pod ns/p0, leased to plan-1) and a binder whose apiserver holds that pod's binding until
+    `kube.gate` is set."""
     first = Bind(pod="ns/p0", pod_uid="uid-0", node="n1")
     inflight = FakeInFlight({
         "uid-0": InFlightBind(pod="ns/p0", pod_uid="uid-0", node="n1", plan_id="plan-1", expires_at=1e12)})
     kube, seen = GatedKube(pods(1), held={"ns/p0"}), FakeSeen()
     bus = GatedBus()
     bus.gate.set()
-    b = binder(kube, inflight, bus, seen, parallel=4)
+    return first, kube, seen, binder(kube, inflight, bus, seen, parallel=4)
+
+
+async def test_a_plan_waits_only_for_earlier_plans_writes_to_the_same_objects():
+    """Plan 1's bind waits (its pod is held) before its annotation of g1; plan 2 annotates g2 and is applied at
+    once, without waiting for plan 1; plan 3 annotates g1 again and waits for plan 1's annotation of g1 (a slow
+    write to one PodGroup used to hold every later plan, and with them the consumer's pipeline slots)."""
+    from shoal.core.plan import Annotate
+
+    first, kube, seen, b = _held_bind_of_plan_1()
+    work_1 = await b.start_plan(_plan("plan-1", (first, Annotate(pod_group="ns/g1", key="k", value="1"))), DELIVERY)
+    work_2 = await b.start_plan(_plan("plan-2", (Annotate(pod_group="ns/g2", key="k", value="2"),)), DELIVERY)
+    work_3 = await b.start_plan(_plan("plan-3", (Annotate(pod_group="ns/g1", key="k", value="3"),)), DELIVERY)
+    await asyncio.wait_for(work_2, 5)
+    await asyncio.sleep(0.05)
+    assert seen.marked == ["plan-2"] and not work_1.done() and not work_3.done()
+    assert [(name, body["metadata"]["annotations"]["k"]) for _, name, body in kube.patched] == [("g2", "2")]
+    kube.gate.set()
+    await asyncio.wait_for(asyncio.gather(work_1, work_3), 5)
+    assert seen.marked == ["plan-2", "plan-1", "plan-3"]
+    assert [(name, body["metadata"]["annotations"]["k"]) for _, name, body in kube.patched] == \
+        [("g2", "2"), ("g1", "1"), ("g1", "3")]
+    assert len(b._order) == 0  # every turn given up
+
+
+async def test_a_failed_plan_gives_up_its_turns():
+    """Plan 1 fails before its writes (its binds raise); plan 2's write to the same PodGroup, which waited for
+    plan 1's turn, still goes out, and plan 2 is applied."""
+    from shoal.core.plan import Annotate
+
+    kube, seen = GatedKube(pods(1), held=set()), FakeSeen()
+    bus = GatedBus()
+    bus.gate.set()
+    b = binder(kube, FakeInFlight({}), bus, seen, parallel=4)
+    broken = asyncio.get_running_loop().create_future()
+
+    async def failing_binds(plan):
+        if plan.plan_id == "plan-1":
+            await broken
+            raise RuntimeError("binds failed")
+        return [0.0]
+
+    b._reserve_and_bind = failing_binds
+    work_1 = await b.start_plan(_plan("plan-1", (Annotate(pod_group="ns/g", key="k", value="1"),)), DELIVERY)
+    work_2 = await b.start_plan(_plan("plan-2", (Annotate(pod_group="ns/g", key="k", value="2"),)), DELIVERY)
+    await asyncio.sleep(0.05)
+    assert not work_2.done() and kube.patched == []  # plan 2's write waits for plan 1's turn on g
+    broken.set_result(None)
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(work_1, 5)
+    await asyncio.wait_for(work_2, 5)
+    assert [body["metadata"]["annotations"]["k"] for _, _, body in kube.patched] == ["2"]
+    assert len(b._order) == 0 and seen.marked == ["plan-2"]
+
+
+async def test_queue_status_is_left_to_a_later_plan_already_under_way():
+    """Plans 1 and 2 both carry the queue's figures; plan 2 started before plan 1 finished, so only its
+    (newer) figures are written. A plan with no later one writes its own."""
+    first, kube, seen, b = _held_bind_of_plan_1()
     work_1 = await b.start_plan(_plan("plan-1", (first,), gpus_allocated=1000), DELIVERY)
     work_2 = await b.start_plan(_plan("plan-2", (), gpus_allocated=2000), DELIVERY)
     kube.gate.set()
     await asyncio.wait_for(asyncio.gather(work_1, work_2), 5)
-    assert seen.marked == ["plan-1", "plan-2"]
+    assert sorted(seen.marked) == ["plan-1", "plan-2"]  # plan 2, with nothing of plan 1's to follow, first
     written = [body["status"] for plural, _, body in kube.patched if plural == "queues"]
     assert len(written) == 1 and written[0]["allocated"]["nvidia.com/gpu"] == "2", written
     await b.on_plan(_plan("plan-3", (), gpus_allocated=3000), DELIVERY)
