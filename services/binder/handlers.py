@@ -93,10 +93,8 @@ class Binder(Publishing, SharedGpus, Evictions):
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
     _order: WriteOrder = field(default_factory=WriteOrder)  # plan order per object written (`write_order`)
-    _started: dict[str, int] = field(default_factory=dict)  # shard → number of its latest plan started here
-    _queues_written: dict[str, int] = field(default_factory=dict)  # shard → number of the plan whose figures
+    _started: dict[str, int] = field(default_factory=dict)  # shard → plans started here (the latest one's number)
     _queue_locks: dict[str, asyncio.Lock] = field(default_factory=dict)  # one Queue status write at a time
-    _count: int = 0  # plans started here (their numbers)
     _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
     _made: set[str] = field(default_factory=set)  # reservation pods made here and not yet seen by the watch
     _creating: dict[str, asyncio.Future] = field(default_factory=dict)  # reservation pod → its create under way
@@ -124,8 +122,7 @@ class Binder(Publishing, SharedGpus, Evictions):
         queue figures win (`_finish`)."""
         if await self.seen.contains(plan.plan_id):
             return None  # a redelivery of a plan applied in full already
-        self._count += 1
-        number = self._started[plan.shard] = self._count
+        number = self._started[plan.shard] = self._started.get(plan.shard, 0) + 1
         turns = self._order.take(plan.shard, [op for op in plan.ops if not isinstance(op, (Reserve, Bind, *UNORDERED))])
         binds = asyncio.ensure_future(self._reserve_and_bind(plan))
         work = asyncio.ensure_future(self._finish(plan, number, binds, turns))
@@ -168,7 +165,7 @@ class Binder(Publishing, SharedGpus, Evictions):
             rest = [op for op in plan.ops if not isinstance(op, Reserve | Bind)]
             await self._concurrently(plan, [*[op for op in rest if isinstance(op, UNORDERED)],
                                             *self._notices.pop(plan.plan_id, [])])
-            written = await asyncio.gather(self._in_turn(plan, turns), self._queue_figures(plan, number))
+            written = await asyncio.gather(self._concurrently(plan, turns), self._queue_figures(plan, number))
             await self._flush(plan.plan_id)
             phases.append(round(time.perf_counter() - started, 3))
         finally:
@@ -184,35 +181,24 @@ class Binder(Publishing, SharedGpus, Evictions):
                  other_ops=sorted({type(op).__name__ for op in rest}), queue_status=written[1],
                  phases_s=phases, seconds=round(time.perf_counter() - started, 3))
 
-    async def _in_turn(self, plan: PlanIssued, turns: list[Turn]) -> None:
-        gate = asyncio.Semaphore(self.parallel)
-
-        async def one(turn: Turn) -> None:
-            await turn.wait()
-            try:
-                async with gate:
-                    await self.apply(plan, turn.op)
-            finally:
-                turn.done()
-
-        await asyncio.gather(*(one(turn) for turn in turns))
-
     async def _queue_figures(self, plan: PlanIssued, number: int) -> bool:
         """The queues' status from this plan, one shard's writes one at a time; left out (False) when a later
-        plan of the shard started or wrote already."""
+        plan of the shard started (it writes newer figures, or wrote them already)."""
         async with self._queue_locks.setdefault(plan.shard, asyncio.Lock()):
-            if self._started.get(plan.shard, 0) > number or self._queues_written.get(plan.shard, 0) > number:
+            if self._started[plan.shard] > number:
                 return False
             await self.queue_statuses(plan)
-            self._queues_written[plan.shard] = number
             return True
 
     async def _concurrently(self, plan: PlanIssued, ops: list) -> None:
+        """The ops at once, `parallel` at a time; an op in a `Turn` first waits for its turn (outside the gate:
+        a write waiting for another plan's holds no slot)."""
         gate = asyncio.Semaphore(self.parallel)
 
         async def one(op) -> None:
-            async with gate:
-                await self.apply(plan, op)
+            async with op if isinstance(op, Turn) else Turn(op) as turn:
+                async with gate:
+                    await self.apply(plan, turn.op)
 
         await asyncio.gather(*(one(op) for op in ops))
 

@@ -8,9 +8,8 @@ for an earlier one that will not write.
     turns = order.take(shard, ops)        # at the plan's start, synchronously
     ...                                   # the plan's binds
     for turn in turns:
-        await turn.wait()                 # the earlier plans' write to the object is done
-        await write(turn.op)
-        turn.done()
+        async with turn:                  # after the earlier plans' write to the object; given up after
+            await write(turn.op)
     order.release(turns)                  # at the end in any case
 """
 
@@ -38,15 +37,19 @@ def object_of(shard: str, op: Any) -> tuple[str, str]:
 @dataclass
 class Turn:
     op: Any
-    before: asyncio.Future | None  # the previous plan's turn on the same object
-    mine: asyncio.Future
+    before: asyncio.Future | None = None  # the previous plan's turn on the same object
+    mine: asyncio.Future | None = None  # None: an op nothing orders (`Turn(op)`)
 
-    async def wait(self) -> None:
+    async def __aenter__(self) -> Turn:
         if self.before is not None:
             await asyncio.wait([self.before])  # its failure is its own (the consumer rewinds to its plan)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.done()
 
     def done(self) -> None:
-        if not self.mine.done():
+        if self.mine is not None and not self.mine.done():
             self.mine.set_result(None)
 
 

@@ -13,6 +13,7 @@ from shoal.devstack.bench_contenders import STACK_COMPONENTS
 from shoal.devstack.bench_pods import BENCH_LABEL
 from shoal.devstack.bench_stats import COLUMNS
 from shoal.devstack.benche2e import SCHEDULERS, SHOAL_SERVICES, run, table
+from shoal.devstack.procs import pid_file
 
 BACKLOG = 30
 RATE = 5
@@ -33,8 +34,8 @@ async def test_tiny_e2e_benchmark_binds_every_pod_in_every_phase_and_leaves_noth
         assert all(value >= 0 for value in record["figures"].values()), record
         assert len(record["load_before"]) == 3 and "bench-watcher" in record["cpu_s"]
         # the stack's servers, Shoal's Kafka and Redis among them, when its pid files are there to read
-        assert {name for name in STACK_COMPONENTS if (Path(stack.state_dir or "/nonexistent") / "pids" /
-                                                      f"{name}.pid").exists()} <= set(record["cpu_s"]), record
+        assert {name for name in STACK_COMPONENTS if stack.state_dir and
+                pid_file(Path(stack.state_dir), name).exists()} <= set(record["cpu_s"]), record
         if record["scheduler"] == "shoal":
             assert {f"shoal-{s}" for s in SHOAL_SERVICES} <= set(record["cpu_s"])
             # every pod's PodGroup exists before the phase is measured (a bare pod's may follow its bind)
