@@ -31,3 +31,15 @@ def test_bench_files_bad_file_exits_2(tmp_path, capsys):
     code = main(["bench", "core", "--files", str(bad), "--repeat", "1"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("--files:")
+
+
+def test_a_file_named_with_a_control_character_is_reported_on_one_line(tmp_path, capsys, monkeypatch):
+    missing = str(tmp_path / "no\rfile.yaml")
+    for argv in (["bench", "core", "--files", missing, "--repeat", "1"],
+                 ["bench", "snapshot", "--files", missing, "--repeat", "1"]):
+        for name in ("SHOAL_REDIS_URL", "SHOAL_KAFKA_BOOTSTRAP"):
+            monkeypatch.delenv(name, raising=False)
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "\r" not in err, err
+        assert "no\\rfile.yaml" in err and "no such file" in err

@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 snap = load_snapshot(path, args.now)
             except ManifestError as exc:
-                print(f"--files: {'; '.join(exc.lines)}", file=sys.stderr)
+                print(f"--files: {exc.one_line()}", file=sys.stderr)
                 return 2
             except (ValueError, OSError) as exc:
                 print(f"--files: {exc}", file=sys.stderr)
@@ -248,7 +248,10 @@ def _run_snapshot(args: argparse.Namespace) -> int:
                                             redis_url=info.redis_url if info else "",
                                             bootstrap=info.kafka_bootstrap if info else ""))
                    for path in args.files]
-    except (DevStackError, ManifestError, OSError) as exc:
+    except ManifestError as exc:
+        print(f"shoal bench snapshot: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except (DevStackError, OSError) as exc:
         print(f"shoal bench snapshot: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(results, indent=2) if args.json else "\n".join(snapshot_table(r) for r in results))

@@ -32,6 +32,16 @@ class ManifestError(Exception):
         super().__init__("\n".join(lines))
         self.lines = lines
 
+    def one_line(self) -> str:
+        """Every problem on one printable line (as a CLI error reports it)."""
+        return "; ".join(one_line(line) for line in self.lines)
+
+
+def one_line(text: str) -> str:
+    """A problem line as one printable line: a character the input named it by that is not printable (a key
+    "\r" would end the line there) is written as its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
 
 RAW_KINDS = {
     "pods": ("v1", "Pod"),

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from shoal.cli.manifests import ManifestError, Origin, load_documents
+from shoal.cli.manifests import ManifestError, Origin, load_documents, one_line
 from shoal.cli.simulate_output import render_json, render_table, timings_json
 from shoal.cli.simulation import DEFAULT_NOW, simulate
 from shoal.core.fields import mapping
@@ -91,12 +91,6 @@ def _fail(lines: list[str]) -> int:
     for line in lines:
         print(one_line(line), file=sys.stderr)
     return 2
-
-
-def one_line(text: str) -> str:
-    """The problem line as one printable line: a character the input named it by that is not printable (a key
-    "\r" would end the line there) is written as its Python escape."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _load_config(path: str) -> tuple[dict | None, list[str]]:
