@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from aiohttp import web
 
 from services.fairshare.config import FairShareSettings
@@ -30,5 +31,6 @@ def build(settings: FairShareSettings) -> web.Application:
                          min_interval_s=settings.min_interval_s,
                          inputs=shard_inputs(settings, source)).on_snapshot
 
-    return consumer_app("fairshare", settings, topics.SNAPSHOTS, SnapshotPublished, fairshare,
+    consuming = msgspec.structs.replace(settings, kafka=settings.consumer_kafka())
+    return consumer_app("fairshare", consuming, topics.SNAPSHOTS, SnapshotPublished, fairshare,
                         group_id=settings.group_id)

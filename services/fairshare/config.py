@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
+
 from shoal.adapters.planning import PlanningSettings
-from shoal.settings import doc
+from shoal.settings import KafkaSettings, PositiveInt, doc
 
 
 class FairShareSettings(PlanningSettings, frozen=True, kw_only=True):
@@ -18,3 +20,13 @@ class FairShareSettings(PlanningSettings, frozen=True, kw_only=True):
 
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-fairshare"
     min_interval_s: Annotated[float, doc("a shard's figures are published at most this often")] = 1.0
+    # the planner's and binder's consumers keep SHOAL_KAFKA_FETCH_MAX_WAIT_MS short for latency; this consumer's
+    # figures go out at most every min_interval_s, so an idle fetch may wait longer (an idle 50 ms fetch costs
+    # the broker and this process ~20 requests a second for nothing)
+    fetch_wait_ms: Annotated[PositiveInt, doc("how long the broker holds this consumer's fetch that finds no "
+                                                  "new announcement (SHOAL_KAFKA_FETCH_MAX_WAIT_MS is the "
+                                                  "other consumers')")] = 500
+
+    def consumer_kafka(self) -> KafkaSettings:
+        """The Kafka settings of the announcement consumer: the service's own fetch wait."""
+        return msgspec.structs.replace(self.kafka, fetch_max_wait_ms=self.fetch_wait_ms)
