@@ -29,7 +29,7 @@ KUBE = web.AppKey("kube", k.Kube)
 
 def build(settings: BinderSettings) -> web.Application:
     async def kube_client(app: web.Application) -> AsyncIterator[None]:
-        api = await k.connect_kube(settings.kube)
+        api = await k.connect_kube(settings.kube, component="binder")
         app[KUBE] = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
         try:
             yield
@@ -47,6 +47,7 @@ def build(settings: BinderSettings) -> web.Application:
             reservation_image=settings.reservation_image,
             eviction_mode=settings.eviction_mode,
             reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel,
+            queue_status_interval_s=settings.queue_status_interval_s,
             sharing_mode_of=settings.mode_for)
         return service.start_plan
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from msgspec import Meta
+
 from shoal.settings import GpuSharingServiceSettings, PositiveInt, doc
 
 
@@ -20,6 +22,8 @@ class BinderSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-binder"
     reservation_sync_s: Annotated[float, doc("how often idle reservation pods are looked for")] = 10.0
     reservation_grace_s: Annotated[float, doc("a reservation pod younger than this is never released")] = 30.0
+    queue_status_interval_s: Annotated[float, Meta(ge=0), doc("a Queue's status is written at most this often; "
+                                                               "figures that change meanwhile wait")] = 1.0
     parallel: Annotated[int, doc("API calls in flight per plan phase (binds, evictions, status writes)")] = 64
     # binds of the next plan while the rest of the last one is under way
     pipeline: Annotated[PositiveInt, doc("plans per shard under way at once")] = 32

@@ -89,7 +89,11 @@ class Binder(Publishing, SharedGpus, Evictions):
     reservations: ReservationWatch | None = None  # GPU ids of reservation pods from a watch (None: read the pod)
     sharing_mode_of: Callable[[str], str] = lambda shard: DEFAULT_MODE  # SHOAL_[POOL_]GPU_SHARING_MODE(S)
     _events: dict[tuple, float] = field(default_factory=dict)
+    queue_status_interval_s: float = 1.0  # a queue's status written at most this often (`Writes.queue_statuses`)
     _queue_status: dict[str, dict] = field(default_factory=dict)
+    _queue_due: dict[str, dict] = field(default_factory=dict)
+    _queue_written_at: dict[str, float] = field(default_factory=dict)
+    _queue_timer: asyncio.Future | None = None
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
     _order: WriteOrder = field(default_factory=WriteOrder)  # plan order per object written (`write_order`)

@@ -28,12 +28,38 @@ class Writes:
     parallel: int
     event_dedupe_s: float
     _events: dict[tuple, float]
-    _queue_status: dict[str, dict]
+    queue_status_interval_s: float
+    _queue_status: dict[str, dict]  # queue → the status last written
+    _queue_due: dict[str, dict]  # queue → newer figures, waiting for its interval
+    _queue_written_at: dict[str, float]  # queue → when its status was last written (monotonic)
+    _queue_timer: asyncio.Future | None
 
     async def queue_statuses(self, plan: PlanIssued) -> None:
-        """Queue.status from the plan's figures, written only when it changed. Figures are per shard: a queue
-        used in several node pools shows the figures of the latest plan that involved it. Queues are written
-        concurrently, bounded by `parallel`."""
+        """Queue.status from the plan's figures, written only when it changed, at most once per
+        `queue_status_interval_s` per queue: figures that change again within that time wait and the newest
+        are written when it is up (a steady stream of plans moves the figures every plan; each write is an
+        etcd write and a watch event for every client of Queues). Figures are per shard: a queue used in
+        several node pools shows the figures of the latest plan that involved it."""
+        for figures in plan.queues:
+            if not (figures.gpu.request or figures.cpu.request or figures.memory.request
+                    or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated):
+                continue
+            body = ko.queue_status(figures)
+            if self._queue_status.get(figures.name) == body:
+                self._queue_due.pop(figures.name, None)  # back to what is written: nothing to write
+            else:
+                self._queue_due[figures.name] = body
+        await self.write_due_queues()
+
+    async def write_due_queues(self) -> None:
+        """Write the waiting Queue statuses whose interval is up, `parallel` at a time; the others are written
+        by a timer when theirs is."""
+        now = time.monotonic()
+        ready = {name: body for name, body in self._queue_due.items()
+                 if now - self._queue_written_at.get(name, -1e18) >= self.queue_status_interval_s}
+        for name in ready:
+            del self._queue_due[name]
+            self._queue_written_at[name] = now
         gate = asyncio.Semaphore(self.parallel)
 
         async def write(name: str, body: dict) -> None:
@@ -41,15 +67,16 @@ class Writes:
                 await self._quietly(self.kube.patch(k.QUEUES, name, {"status": body}, subresource="status", answer=False))
             self._queue_status[name] = body
 
-        changed = {}
-        for figures in plan.queues:
-            if not (figures.gpu.request or figures.cpu.request or figures.memory.request
-                    or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated):
-                continue
-            body = ko.queue_status(figures)
-            if self._queue_status.get(figures.name) != body:
-                changed[figures.name] = body
-        await asyncio.gather(*(write(name, body) for name, body in changed.items()))
+        await asyncio.gather(*(write(name, body) for name, body in ready.items()))
+        if self._queue_due and (self._queue_timer is None or self._queue_timer.done()):
+            wait = min(self._queue_written_at.get(name, -1e18) for name in self._queue_due) \
+                + self.queue_status_interval_s - time.monotonic()
+            self._queue_timer = asyncio.ensure_future(self._write_queues_later(max(0.0, wait)))
+
+    async def _write_queues_later(self, wait_s: float) -> None:
+        await asyncio.sleep(wait_s)
+        self._queue_timer = None
+        await self.write_due_queues()
 
     async def set_condition(self, op: SetCondition) -> None:
         current = await self._get(k.PODGROUPS, op.pod_group)

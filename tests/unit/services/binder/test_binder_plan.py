@@ -379,8 +379,10 @@ async def test_a_failed_plan_gives_up_its_turns():
 
 async def test_queue_status_is_left_to_a_later_plan_already_under_way():
     """Plans 1 and 2 both carry the queue's figures; plan 2 started before plan 1 finished, so only its
-    (newer) figures are written. A plan with no later one writes its own."""
+    (newer) figures are written. A plan with no later one writes its own (no interval between writes here:
+    test_binder_queue_status)."""
     first, kube, seen, b = _held_bind_of_plan_1()
+    b.queue_status_interval_s = 0.0
     work_1 = await b.start_plan(_plan("plan-1", (first,), gpus_allocated=1000), DELIVERY)
     work_2 = await b.start_plan(_plan("plan-2", (), gpus_allocated=2000), DELIVERY)
     kube.gate.set()
