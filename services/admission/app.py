@@ -37,7 +37,7 @@ def build(settings: AdmissionSettings) -> web.Application:
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
         files = tls_files(hook)
-        api = await k.connect_kube(settings.kube)
+        api = await k.connect_kube(settings.kube, component="admission")
         kube = k.Kube(api, request_timeout_s=min(settings.kube.request_timeout_s, max(hook.timeout_s - 1, 1)))
 
         async def list_queues() -> list[dict]:

@@ -59,7 +59,7 @@ def build(settings: ApiSettings) -> web.Application:
         await ensure_topics(settings.kafka, [t.full(settings.topic_prefix) for t in topics.ALL],
                             partitions=topics.SNAPSHOTS.partitions)
         redis = connect_redis(settings.redis)
-        kube_api = await k.connect_kube(settings.kube)
+        kube_api = await k.connect_kube(settings.kube, component="api")
         api.redis, api.kube = redis, k.Kube(kube_api, request_timeout_s=settings.kube.request_timeout_s)
         if access.enabled:
             access.kube = api.kube

@@ -336,7 +336,7 @@ def build(settings: NodeAgentSettings) -> web.Application:
     app = build_app(metrics=metrics, readiness=readiness)
 
     async def agent_ctx(app: web.Application) -> AsyncIterator[None]:
-        api = await connect_kube(settings.kube)
+        api = await connect_kube(settings.kube, component="nodeagent")
         publisher = None
         if settings.publish_telemetry:
             topic = GPU_USAGE.full(settings.topic_prefix)

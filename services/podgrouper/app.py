@@ -21,7 +21,7 @@ def build(settings: PodGrouperSettings) -> web.Application:
     app = build_app(metrics=metrics, readiness=readiness)
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
-        api = await k.connect_kube(settings.kube)
+        api = await k.connect_kube(settings.kube, component="podgrouper")
         grouper = PodGrouper(kube=k.Kube(api, request_timeout_s=settings.kube.request_timeout_s), metrics=metrics,
                              workers=settings.workers, retry_max_s=settings.retry_max_s,
                              bare_annotate_delay_s=settings.bare_annotate_delay_s)

@@ -30,7 +30,7 @@ def build(settings: SnapshotterSettings) -> web.Application:
     prefix = settings.topic_prefix
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
-        api = await k.connect_kube(settings.kube)
+        api = await k.connect_kube(settings.kube, component="snapshotter")
         kube = k.Kube(api, request_timeout_s=settings.kube.request_timeout_s)
         async with bus_and_redis(settings, readiness) as (redis, bus):
             holder: dict = {}

@@ -96,7 +96,7 @@ async def watch(kubeconfig: str, namespace: str, out: IO[str]) -> None:
     from shoal.adapters import kube as k
     from shoal.settings import KubeSettings
 
-    api = await k.connect_kube(KubeSettings(kubeconfig=kubeconfig))
+    api = await k.connect_kube(KubeSettings(kubeconfig=kubeconfig), component="bench-watcher")
     try:
         await asyncio.gather(_pods(k.Kube(api), namespace, out), _groups(k.Kube(api), namespace, out))
     finally:

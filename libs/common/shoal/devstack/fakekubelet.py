@@ -30,6 +30,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from shoal.adapters import kube as k
 from shoal.devstack.nodes import FAKE_NODE_LABEL
 from shoal.devstack.podstatus import PodView, finished_status, running_status
 from shoal.devstack.watch import Relist, list_all, watch_from
@@ -266,6 +267,7 @@ async def serve(
     await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     cfg.connection_pool_maxsize = concurrency + 8
     async with client.ApiClient(cfg) as api:
+        api.user_agent = k.user_agent("fakekubelet")
         kubelet = FakeKubelet(
             client.CoreV1Api(api),
             delete_delay_s=delete_delay_s,
