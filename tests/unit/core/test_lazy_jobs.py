@@ -6,7 +6,8 @@
   pods, finished pods, pods on nodes outside the shard, stale stamps, conditions, duplicate uids and creation-time ties, several namespaces.
 - The pool's victim order equals a plain sort of every candidate job by the victim order (priority,
   above-min first, newest, uid and name descending), before and after committed evictions that change
-  a job's above-minimum state (the pool re-ranks it when the next action asks for it).
+  a job's above-minimum state (the pool re-ranks it when the next action asks for it), and a pool first built
+  after them has the same order (an action asks for it only when its first attempt starts).
 """
 
 from __future__ import annotations
@@ -114,13 +115,15 @@ def test_victim_pool_order_is_the_sorted_order(snap, data):
     # committed evictions of some jobs' pods above their minimum: those jobs are ranked again
     order = [k for k in _order(lazy) if not job_chunks(lazy.session.jobs[k])[0].core]  # above their minimum
     picked = data.draw(st.lists(st.sampled_from(order), unique=True, max_size=3)) if order else []
-    for ctx in (lazy, eager):
+    late = Context(Session(snap))  # its pool first asked for after the evictions (`Context.action_victims`)
+    for ctx in (lazy, eager, late):
         for key in picked:
             chunks = job_chunks(ctx.session.jobs[key])
             for task in chunks[0].tasks:
                 ctx.statement.evict(task, "reclaim", "ns/x", "")
         ctx.accept(ctx.statement.commit())
     assert _order(lazy) == _reference(eager.session, eager.shares)
+    assert _order(late) == _reference(eager.session, eager.shares)
 
 
 def test_a_job_that_lost_pods_above_its_minimum_is_ranked_again():
@@ -138,3 +141,26 @@ def test_a_job_that_lost_pods_above_its_minimum_is_ranked_again():
     ctx.statement.evict(extra.tasks[0], "reclaim", "ns/x", "")
     ctx.accept(ctx.statement.commit())
     assert _order(ctx) == ["ns/b", "ns/c", "ns/a"]  # a is at its minimum now, and older than c
+
+
+def test_eviction_actions_with_no_job_to_place_build_no_victim_pool():
+    """Every pending pod fits: reclaim, preempt and consolidation start no attempt, so the running jobs are
+    never ranked as victims (a busy cluster's usual cycle); a pod that does not fit makes the pool."""
+    from shoal.core.cycle import ACTIONS, enabled_actions
+
+    def cycle_ctx(pending_gpus: int) -> Context:
+        groups = [PodGroup(namespace="ns", name=n, uid=f"u{n}", queue="a", min_member=1,
+                           priority_class_name="train", created=c) for n, c in (("run", 0), ("new", 1))]
+        pods = [Pod(uid="urun", namespace="ns", name="run0", pod_group="run", gpus=4, node_name="n0",
+                    phase="Running"),
+                Pod(uid="unew", namespace="ns", name="new0", pod_group="new", gpus=pending_gpus)]
+        snap = make_snapshot(nodes=[Node(name="n0", gpus=8, cpu_milli=64_000, memory_bytes=2**36)], pods=pods,
+                             pod_groups=groups, queues=[queue("root", parent=None), queue("a", gpu=(8, -1, 1))],
+                             priority_classes=PRIORITY_CLASSES, now=1000)
+        ctx = Context(Session(snap))
+        for name in enabled_actions(snap):
+            ACTIONS[name](ctx)
+        return ctx
+
+    assert cycle_ctx(pending_gpus=2)._victims is None
+    assert cycle_ctx(pending_gpus=6)._victims is not None

@@ -13,6 +13,8 @@ the next cycles place them. Disabled under the spread placement strategy or with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from shoal.core import capacity, semipreemptible
 from shoal.core.allocate import fair_request, limit_request
 from shoal.core.context import Context
@@ -61,12 +63,13 @@ def victim_chunks(ctx: Context, job: Job, pool: VictimPool) -> list[Chunk]:
     return out
 
 
-def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: VictimPool, free: list[int]) -> bool:
+def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Callable[[], VictimPool],
+            free: list[int]) -> bool:
     if free[0] != len(ctx.session.dirty):  # recount only after the nodes changed
         free[0], free[1] = len(ctx.session.dirty), allocatable_gpu_milli(ctx)
     if fair_request(tasks).gpu_milli > free[1]:
         return False
-    chunks = victim_chunks(ctx, job, pool)
+    chunks = victim_chunks(ctx, job, pool())
     if not chunks:
         return False
     got = solve(ctx, job, tasks, chunks, lambda _: True, NAME, lambda t: consolidation_message(t.key), budget,
@@ -82,7 +85,7 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     if cfg.max_consolidation_preemptees <= 0 or "spread" in (cfg.gpu_placement, cfg.cpu_placement):
         return
     budget = Budget(ctx, NAME)
-    pool = ctx.victim_pool()
+    pool = ctx.action_victims()
     free = [-1, 0]  # [dirty-log length when counted, idle + releasing milli-GPUs]
 
     def admit(job: Job, tasks: list[Task]) -> bool:

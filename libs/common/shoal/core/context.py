@@ -5,6 +5,8 @@ gang eviction) get the same context.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from shoal.core import semipreemptible
 from shoal.core.fairshare import (
     FairShareResult,
@@ -99,6 +101,19 @@ class Context:
         else:
             self._victims.refresh()
         return self._victims
+
+    def action_victims(self) -> Callable[[], VictimPool]:
+        """The victim pool of one eviction action, asked for when its first attempt starts (nothing of the
+        action committed yet), the same pool for its later attempts: an action no job gets that far with (no
+        pending job, or none ready) builds and re-ranks nothing."""
+        pool: list[VictimPool] = []
+
+        def get() -> VictimPool:
+            if not pool:
+                pool.append(self.victim_pool())
+            return pool[0]
+
+        return get
 
     def outcome(self, job: Job) -> JobOutcome:
         out = self.outcomes.get(job.key)

@@ -69,11 +69,11 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Vic
 
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
     budget = Budget(ctx, NAME)
-    pool = ctx.victim_pool()
+    pool = ctx.action_victims()
 
     def admit(job: Job, tasks: list[Task]) -> bool:  # OverLimit is checked inside the scenario, victims gone
         return not semipreemptible.places_core(job) or not capacity.check_non_preemptible_quota(ctx.shares, job.queue,
                                                                              limit_request(tasks))
 
     run_evictors(ctx, NAME, policy, budget, delayed=record_delay, admit=admit,
-                 attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool))
+                 attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool()))

@@ -159,7 +159,7 @@ def attempt(ctx: Context, job: Job, tasks: list[Task], budget: Budget, pool: Vic
 def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
 
     budget = Budget(ctx, NAME)
-    pool = ctx.victim_pool()
+    pool = ctx.action_victims()
 
     def admit(job: Job, tasks: list[Task]) -> bool:
         # OverLimit of an ancestor is checked inside the scenario (victims under it lower it); the
@@ -170,4 +170,4 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         return job.queue not in limits.Excess(ctx, job, tasks).over
 
     run_evictors(ctx, NAME, policy, budget, delayed=record_delay, admit=admit,
-                 attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool))
+                 attempt=lambda job, tasks: attempt(ctx, job, tasks, budget, pool()))
