@@ -397,3 +397,25 @@ async def test_a_stopping_consumer_waits_for_work_under_way_and_commits_nothing_
     async with running(Consumer(kafka, [topic], group_id=group, message_type=Message, handler=collector(again))):
         await until(lambda: len(again) == 2)
     assert [m.seq for m, _ in again] == [1, 2]  # 0 committed; nothing past the failed 1
+
+
+async def test_a_message_over_kafkas_1_mb_default_goes_through(kafka: KafkaSettings, topic_prefix: str,
+                                                               group: str) -> None:
+    """A plan carries all of its cycle's binds: 5,000 pods that fit at once made a 1.8 MB plan, which the
+    producer refused (1 MB default) and scheduling stopped. Topics Shoal creates, its producer and its consumers
+    take messages up to `max_message_bytes`."""
+    topic = f"{topic_prefix}big.v1"
+    await ensure_topics(kafka, [topic])
+    big = Pong(id="big", note="x" * 3_000_000)
+    got: list[tuple[Any, Delivery]] = []
+    async with Publisher(kafka) as bus:
+        await bus.publish(topic, big, key="pool-a")
+        await bus.publish(topic, Ping(id="after", seq=1), key="pool-a")
+        async with running(Consumer(kafka, [topic], group_id=group, message_type=Message, handler=collector(got),
+                                    dlq=bus)):
+            await until(lambda: len(got) == 2)
+    assert [m.id for m, _ in got] == ["big", "after"] and got[0][0] == big
+    small = msgspec.structs.replace(kafka, max_message_bytes=1_000_000)
+    async with Publisher(small) as bus:
+        with pytest.raises(PermanentError, match="MessageSizeTooLarge"):
+            await bus.publish(topic, big, key="pool-a")  # the setting is what the producer holds to

@@ -66,6 +66,7 @@ T = TypeVar("T")
 
 DLQ_SUFFIX = ".dlq"
 TOPIC_ALREADY_EXISTS = 36
+FETCH_MAX_BYTES = 52_428_800  # aiokafka's own default for a whole fetch
 
 log = get_logger(__name__)
 _encoder = msgspec.json.Encoder()
@@ -177,14 +178,16 @@ async def _refusal(settings: KafkaSettings) -> str | None:
 async def ensure_topics(settings: KafkaSettings, topics: Iterable[str], *, partitions: int = 1,
                         replication_factor: int = 1, with_dlq: bool = True,
                         configs: Mapping[str, str] | None = None) -> list[str]:
-    """Create the topics (and their `.dlq` topics) that do not exist yet; returns the names created."""
+    """Create the topics (and their `.dlq` topics) that do not exist yet, taking messages up to
+    `settings.max_message_bytes` unless `configs` says otherwise; returns the names created."""
     names = list(dict.fromkeys(topics))
+    configs = {"max.message.bytes": str(settings.max_message_bytes), **(configs or {})}
     if with_dlq:
         names += [dlq_topic(t) for t in names if not t.endswith(DLQ_SUFFIX)]
     async with _admin(settings) as admin:
         response = await admin.create_topics([
             NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
-                     topic_configs=dict(configs or {})) for name in names])
+                     topic_configs=configs) for name in names])
     created = []
     for name, code, *rest in response.topic_errors:
         if code == 0:
@@ -212,7 +215,7 @@ class Publisher:
 
     def _new_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(**client_options(self._settings), acks="all", enable_idempotence=True,
-                                linger_ms=self._linger_ms)
+                                linger_ms=self._linger_ms, max_request_size=self._settings.max_message_bytes)
 
     async def _reset(self, broken: AIOKafkaProducer, error: KafkaError) -> None:
         """Replace a producer whose idempotence state the broker rejects (once, however many sends saw it)."""
@@ -372,7 +375,8 @@ class Consumer(Generic[T]):
             **client_options(s), group_id=self.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms, max_poll_interval_ms=s.max_poll_interval_ms,
-            fetch_max_wait_ms=s.fetch_max_wait_ms)
+            fetch_max_wait_ms=s.fetch_max_wait_ms, max_partition_fetch_bytes=s.max_message_bytes,
+            fetch_max_bytes=max(s.max_message_bytes, FETCH_MAX_BYTES))
         self._consumer.subscribe(self.topics, listener=_CommitOnRevoke(self))
         if self._dlq is None:
             self._dlq = Publisher(s)
