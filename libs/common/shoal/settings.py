@@ -81,13 +81,13 @@ class KafkaSettings(Section, frozen=True, kw_only=True):
     # records in hand fetches the others alone, and new records of that partition wait for that fetch to end
     # (500 ms, the client's default, delayed a plan by up to half a second behind a busy handler)
     fetch_max_wait_ms: Annotated[PositiveInt, doc("how long a broker holds a fetch that finds no new data")] = 50
-    # a commit is a round trip the consumer waits for before its next records: at most one per interval (a
-    # crash redelivers what was handled since, which handlers tolerate; a stop or a rebalance commits it all)
     # a plan carries every bind of its cycle (~370 bytes each): a backlog of 5,000 pods that all fit made a 1.8 MB
     # plan, over Kafka's 1 MB default, and scheduling stopped. Producers, consumers and the topics Shoal creates
     # take messages up to this size (an existing topic keeps its own max.message.bytes)
     max_message_bytes: Annotated[PositiveInt, doc("largest message sent or read (a plan with all its binds)")] = (
         32 * 1024 * 1024)
+    # a commit is a round trip the consumer waits for before its next records: at most one per interval (a
+    # crash redelivers what was handled since, which handlers tolerate; a stop or a rebalance commits it all)
     commit_interval_ms: Annotated[NonNegativeInt,
                                   doc("done offsets committed at most this often (0: after every batch)")] = 200
 
