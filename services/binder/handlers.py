@@ -94,6 +94,7 @@ class Binder(Publishing, SharedGpus, Evictions):
     _queue_due: dict[str, dict] = field(default_factory=dict)
     _queue_written_at: dict[str, float] = field(default_factory=dict)
     _queue_timer: asyncio.Future | None = None
+    _queue_shard: dict[str, str] = field(default_factory=dict)
     _publishing: dict[str, list[asyncio.Task]] = field(default_factory=dict)  # plan id → sends not awaited yet
     _notices: dict[str, list[BindNotice]] = field(default_factory=dict)  # plan id → events of its binds
     _order: WriteOrder = field(default_factory=WriteOrder)  # plan order per object written (`write_order`)

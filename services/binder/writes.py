@@ -33,16 +33,21 @@ class Writes:
     _queue_due: dict[str, dict]  # queue → newer figures, waiting for its interval
     _queue_written_at: dict[str, float]  # queue → when its status was last written (monotonic)
     _queue_timer: asyncio.Future | None
+    _queue_shard: dict[str, str]  # queue → the shard whose plan last gave it a request or an allocation
 
     async def queue_statuses(self, plan: PlanIssued) -> None:
         """Queue.status from the plan's figures, written only when it changed, at most once per
         `queue_status_interval_s` per queue: figures that change again within that time wait and the newest
         are written when it is up (a steady stream of plans moves the figures every plan; each write is an
         etcd write and a watch event for every client of Queues). Figures are per shard: a queue used in
-        several node pools shows the figures of the latest plan that involved it."""
+        several node pools shows the figures of the latest plan that involved it; a plan in which a queue
+        has nothing (no request, nothing allocated) writes its zeros only over figures its own node pool
+        wrote (the queue's last pod there finished), never over another pool's."""
         for figures in plan.queues:
-            if not (figures.gpu.request or figures.cpu.request or figures.memory.request
-                    or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated):
+            if figures.gpu.request or figures.cpu.request or figures.memory.request \
+                    or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated:
+                self._queue_shard[figures.name] = plan.shard
+            elif self._queue_shard.get(figures.name) != plan.shard:
                 continue
             body = ko.queue_status(figures)
             if self._queue_status.get(figures.name) == body:

@@ -26,8 +26,8 @@ class QueueKube:
         return None
 
 
-def plan(number: int, **allocated: int) -> PlanIssued:
-    return PlanIssued(meta=new_meta("planner", revision=number, id=f"plan-{number}"), shard="pool",
+def plan(number: int, shard: str = "pool", **allocated: int) -> PlanIssued:
+    return PlanIssued(meta=new_meta("planner", revision=number, id=f"plan-{number}"), shard=shard,
                       plan_id=f"plan-{number}", revision=number, ops=(),
                       queues=tuple(QueueFigures(name=q, gpu=ResourceFigures(allocated=gpus * 1000, request=gpus * 1000))
                                    for q, gpus in allocated.items()))
@@ -88,3 +88,16 @@ async def test_no_interval_writes_every_change():
     for number, allocated in enumerate((1, 2, 2, 3), start=1):
         await b.queue_statuses(plan(number, a=allocated))
     assert [gpus(s) for _, s in kube.patches] == ["1", "2", "3"]  # unchanged figures are not written again
+
+
+async def test_a_queue_whose_last_pod_finished_shows_zero_but_another_pools_zeros_never_overwrite():
+    kube = QueueKube()
+    b = binder(kube, interval_s=0.0)
+    await b.queue_statuses(plan(1, a=2))
+    await b.queue_statuses(plan(2, shard="other", a=0))  # nothing of a's in that pool: pool's figures stay
+    assert [gpus(s) for _, s in kube.patches] == ["2"]
+    await b.queue_statuses(plan(3, a=0))  # a's last pod in pool finished
+    assert [gpus(s) for _, s in kube.patches] == ["2", "0"]
+    await b.queue_statuses(plan(4, a=0))
+    await b.queue_statuses(plan(5, shard="other", b=0))  # never used anywhere: never written
+    assert [(n, gpus(s)) for n, s in kube.patches] == [("a", "2"), ("a", "0")]
