@@ -86,10 +86,10 @@ class Binder(Publishing, SharedGpus, Evictions):
     event_dedupe_s: float = 60.0
     reservation_grace_s: float = 30.0
     parallel: int = 64  # API calls in flight per plan phase
+    queue_status_interval_s: float = 1.0  # a queue's status written at most this often (`Writes.queue_statuses`)
     reservations: ReservationWatch | None = None  # GPU ids of reservation pods from a watch (None: read the pod)
     sharing_mode_of: Callable[[str], str] = lambda shard: DEFAULT_MODE  # SHOAL_[POOL_]GPU_SHARING_MODE(S)
     _events: dict[tuple, float] = field(default_factory=dict)
-    queue_status_interval_s: float = 1.0  # a queue's status written at most this often (`Writes.queue_statuses`)
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _queue_due: dict[str, dict] = field(default_factory=dict)
     _queue_written_at: dict[str, float] = field(default_factory=dict)

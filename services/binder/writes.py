@@ -44,8 +44,7 @@ class Writes:
         has nothing (no request, nothing allocated) writes its zeros only over figures its own node pool
         wrote (the queue's last pod there finished), never over another pool's."""
         for figures in plan.queues:
-            if figures.gpu.request or figures.cpu.request or figures.memory.request \
-                    or figures.gpu.allocated or figures.cpu.allocated or figures.memory.allocated:
+            if any(r.request or r.allocated for r in (figures.gpu, figures.cpu, figures.memory)):
                 self._queue_shard[figures.name] = plan.shard
             elif self._queue_shard.get(figures.name) != plan.shard:
                 continue

@@ -5,6 +5,7 @@ gang eviction) get the same context.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from shoal.core import semipreemptible
@@ -106,14 +107,7 @@ class Context:
         """The victim pool of one eviction action, asked for when its first attempt starts (nothing of the
         action committed yet), the same pool for its later attempts: an action no job gets that far with (no
         pending job, or none ready) builds and re-ranks nothing."""
-        pool: list[VictimPool] = []
-
-        def get() -> VictimPool:
-            if not pool:
-                pool.append(self.victim_pool())
-            return pool[0]
-
-        return get
+        return functools.cache(self.victim_pool)
 
     def outcome(self, job: Job) -> JobOutcome:
         out = self.outcomes.get(job.key)
