@@ -50,9 +50,12 @@ from shoal.core.sharing_mode import DEFAULT_MODE
 from shoal.errors import ConflictError, PermanentError, TransientError
 from shoal.logging import get_logger
 from shoal.messages.plan import PlanIssued
+from shoal.messages.snapshot import InFlightBind
 from shoal.metrics import Metrics
 
 log = get_logger("services.binder")
+
+LEASE_RENEW_MIN_WAIT_S = 1.0  # the least time between two renewals of one plan's leases
 
 
 @dataclass(frozen=True)
@@ -147,14 +150,44 @@ class Binder(Publishing, SharedGpus, Evictions):
         together at the end."""
         started = time.perf_counter()
         binds = [op for op in plan.ops if isinstance(op, Bind)]
+        keeper = None
         try:
             if binds:  # every lease in one read, each checked when its bind goes out
-                self._leases[plan.plan_id] = await self.inflight.get_many(plan.shard, [op.pod_uid for op in binds])
+                leases = self._leases[plan.plan_id] = await self.inflight.get_many(plan.shard,
+                                                                                  [op.pod_uid for op in binds])
+                keeper = asyncio.ensure_future(self._keep_leases(plan.shard, leases))
             await self._concurrently(plan, [*(op for op in plan.ops if isinstance(op, Reserve)), *binds])
             await self._flush(plan.plan_id)
         finally:
+            if keeper is not None:
+                keeper.cancel()
             self._leases.pop(plan.plan_id, None)
         return [round(time.perf_counter() - started, 3)]
+
+    async def _keep_leases(self, shard: str, leases: dict[str, InFlightBind]) -> None:
+        """Renew the leases of the plan's binds not done yet, each when half its time is up, for as long as the
+        plan's binds take: a plan larger than the binder can apply within one lease (thousands of binds on a busy
+        apiserver) keeps its pods and GPUs instead of seeing them planned again under its feet. A lease Redis
+        no longer holds as read (removed, or a later plan's) is left to the bind's own check."""
+        left_alone: set[str] = set()
+        while True:
+            now = time.time()
+            due = [e for uid, e in leases.items()
+                   if uid not in left_alone and e.ttl_s > 0 and e.expires_at - now <= e.ttl_s / 2]
+            if due:
+                try:
+                    renewed = await self.inflight.renew(shard, due, now_s=now)
+                except TransientError as exc:
+                    log.warning("lease_renewal_failed", shard=shard, leases=len(due), error=str(exc))
+                else:
+                    for entry in renewed:
+                        if entry.pod_uid in leases:  # its bind may have finished meanwhile
+                            leases[entry.pod_uid] = entry
+                    left_alone.update({e.pod_uid for e in due} - {e.pod_uid for e in renewed})
+            waits = [e.expires_at - e.ttl_s / 2 for uid, e in leases.items() if uid not in left_alone and e.ttl_s > 0]
+            if not waits:
+                return
+            await asyncio.sleep(max(min(waits) - time.time(), LEASE_RENEW_MIN_WAIT_S))
 
     async def _finish(self, plan: PlanIssued, number: int, binds: asyncio.Future, turns: list[Turn]) -> None:
         """After the plan's binds: its events at once (what they say holds whatever another plan does); then
@@ -250,6 +283,14 @@ class Binder(Publishing, SharedGpus, Evictions):
             await self.event("Pod", op.pod, op.reason, op.message, op.type)
 
     async def bind(self, plan: PlanIssued, op: Bind) -> None:
+        try:
+            await self._bind(plan, op)
+        finally:  # done, either way: its lease is renewed no more (`_keep_leases`)
+            leases = self._leases.get(plan.plan_id)
+            if leases is not None:
+                leases.pop(op.pod_uid, None)
+
+    async def _bind(self, plan: PlanIssued, op: Bind) -> None:
         leases = self._leases.get(plan.plan_id)
         entry = live(leases.get(op.pod_uid)) if leases is not None else await self.inflight.get(plan.shard, op.pod_uid)
         if entry is None or entry.plan_id != plan.plan_id:

@@ -29,7 +29,7 @@ def inflight_entries(plan: Plan, *, now_s: float, ttl_s: float) -> list[InFlight
     """What the plan puts in flight: its binds and its evictions (a victim is releasing until seen deleting)."""
     return [InFlightBind(pod=op.pod, pod_uid=op.pod_uid, node=op.node,
                          gpu_groups=op.gpu_groups if isinstance(op, Bind) else (), plan_id=plan.plan_id,
-                         expires_at=now_s + ttl_s, eviction=isinstance(op, Evict))
+                         expires_at=now_s + ttl_s, eviction=isinstance(op, Evict), ttl_s=ttl_s)
             for op in plan.ops if isinstance(op, Bind | Evict)]
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 import pytest
-import pytest_asyncio
 from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
@@ -27,15 +25,6 @@ NOW = "2026-01-01T00:00:00Z"
 
 class Shares(msgspec.Struct, frozen=True):
     by_queue: dict[str, int]
-
-
-@pytest_asyncio.fixture
-async def redis(stack: Any) -> AsyncIterator[Redis]:
-    client = connect_redis(RedisSettings(url=stack.redis_url))
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 def node(i: int, gpus: int = 8) -> Node:

@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-import pytest_asyncio
 from redis.asyncio import Redis
 
 from shoal.adapters import redis_keys
-from shoal.adapters.redis_client import connect_redis
 from shoal.adapters.usage_history import UsageHistory
 from shoal.core.usage import Amounts, Sample, UsageParams, bucket_from_fields, normalised_usage, record
-from shoal.settings import RedisSettings
 
 P = UsageParams(bucket_s=60, window_s=600)
-
-
-@pytest_asyncio.fixture
-async def redis(stack: Any) -> AsyncIterator[Redis]:
-    client = connect_redis(RedisSettings(url=stack.redis_url))
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
@@ -22,6 +23,18 @@ from shoal.messages.snapshot import InFlightBind
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(InFlightBind)
+# a lease is renewed only where Redis still holds exactly what the binder read: one removed (bind failed, pod seen
+# bound), replaced by a later plan's or renewed by another binder stays as it is
+_RENEW = """
+local renewed = {}
+for i = 1, #ARGV, 3 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
+    renewed[#renewed + 1] = ARGV[i]
+  end
+end
+return renewed
+"""
 # Planners stop counting a lease once it expired and may give its resources to another pod: a bind is
 # applied only while its lease has at least this long to run, so it lands before the lease stops counting.
 LEASE_GUARD_S = 5.0
@@ -36,6 +49,7 @@ def live(entry: InFlightBind | None, now_s: float | None = None) -> InFlightBind
 class InFlight:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._renew: Any = None  # the registered _RENEW script, on first use
         self._decoded: dict[str, dict[bytes, InFlightBind]] = {}  # shard → stored value → its entry (frozen)
 
     async def add(self, shard: str, entries: Iterable[InFlightBind]) -> None:
@@ -67,6 +81,23 @@ class InFlight:
             return {}
         values = await redis_call("inflight_get_many", lambda: self._redis.hmget(redis_keys.inflight(shard), fields))
         return {uid: _decoder.decode(raw) for uid, raw in zip(fields, values, strict=True) if raw is not None}
+
+    async def renew(self, shard: str, leases: Iterable[InFlightBind], *, now_s: float | None = None
+                    ) -> list[InFlightBind]:
+        """Each lease again for its `ttl_s` from now, where it is still live and Redis still holds it as given
+        (atomically); returns the leases as renewed. A lease without `ttl_s` is left as it is."""
+        now = time.time() if now_s is None else now_s
+        given = {e.pod_uid or e.pod: e for e in leases if e.ttl_s > 0 and live(e, now) is not None}
+        if not given:
+            return []
+        if self._renew is None:
+            self._renew = self._redis.register_script(_RENEW)
+        fresh = {uid: msgspec.structs.replace(e, expires_at=now + e.ttl_s) for uid, e in given.items()}
+        args: list[str | bytes] = []
+        for uid, entry in given.items():
+            args += [uid, _encoder.encode(entry), _encoder.encode(fresh[uid])]
+        renewed = await redis_call("inflight_renew", lambda: self._renew(keys=[redis_keys.inflight(shard)], args=args))
+        return [fresh[uid.decode() if isinstance(uid, bytes) else uid] for uid in renewed]
 
     async def remove(self, shard: str, pod_uids: Iterable[str]) -> int:
         fields = list(pod_uids)

@@ -27,6 +27,8 @@ class InFlightBind(msgspec.Struct, frozen=True, kw_only=True):
     plan_id: str
     expires_at: float  # epoch seconds; a decision never confirmed stops counting after this
     eviction: bool = False
+    ttl_s: float = 0.0  # how long the planner gave it: the binder renews a lease by this much while it works on
+    # the bind (0: never renewed)
 
 
 SNAPSHOT_SCHEMA = 1  # raised when a change to the stored structs would be misread by an older reader
