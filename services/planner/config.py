@@ -21,6 +21,9 @@ class PlannerSettings(PlanningSettings, frozen=True, kw_only=True):
     fairshare_stale_s: Annotated[float, Meta(ge=0), doc(
         "…and are older than this many seconds (the fairshare service publishes a shard at most once per its "
         "SHOAL_MIN_INTERVAL_S, while a busy shard has many revisions a second); one warning per shard this often")] = 10.0
+    idle_cycle_s: Annotated[float, Meta(ge=0), doc(
+        "when a shard's last plan was empty and every pending pod's bind is in flight (a backlog's binds landing), "
+        "a new revision is planned at most this often (0: every revision); a pod that arrives is planned at once")] = 1.0
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-planner"
     verdict_reassert_s: Annotated[Annotated[float, Meta(ge=0)], doc(
         "a pending PodGroup's unchanged verdict is published on the decision stream again after this many "

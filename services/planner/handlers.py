@@ -26,11 +26,11 @@ from shoal.adapters.inflight import InFlight
 from shoal.adapters.kafka import Delivery, Publisher
 from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.planning import ShardInputs
-from shoal.adapters.shard_snapshots import Progress, SnapshotReader
+from shoal.adapters.shard_snapshots import Current, Progress, SnapshotReader
 from shoal.adapters.verdicts import PublishedVerdicts
 from shoal.core.cycle import run_cycle
 from shoal.core.ingest.common import IngestError, parse_time
-from shoal.core.ingest.shard_model import assemble
+from shoal.core.ingest.shard_model import assemble, unplaced_pods
 from shoal.core.kept_pass import KeptPass
 from shoal.core.plan import Bind, Evict, Pipeline, SetCondition
 from shoal.logging import get_logger
@@ -62,11 +62,15 @@ class Planner:
     progress: Progress = field(default_factory=Progress)  # the revision planned last, per shard
     kept: dict[str, KeptPass] = field(default_factory=dict)  # each shard's pod pass, kept between cycles
     _stale_warned: dict[str, float] = field(default_factory=dict)  # shard → when fairshare_stale was logged
+    idle_cycle_s: float = 1.0  # with nothing left to place after an empty plan, a cycle at most this often
+    _idle: dict[str, float] = field(default_factory=dict)  # shard → when its last plan, an empty one, was made
 
     def __post_init__(self) -> None:
         m = self.metrics
         self._plans = m.counter("planner_plans_total", "Plans published.", ["shard"])
         self._ops = m.counter("planner_ops_total", "Plan operations published.", ["shard", "op"])
+        self._skipped = m.counter("planner_cycles_skipped_total",
+                                  "Revisions left unplanned: nothing to place after an empty plan.", ["shard"])
         self._cycle = m.histogram("planner_cycle_seconds", "Snapshot read to plan published.", ["shard"])
         self._stale = m.gauge("planner_fairshare_lag_revisions",
                               "Snapshot revisions the fairshare service is behind the planner.", ["shard"])
@@ -83,11 +87,16 @@ class Planner:
         latest = await self.snapshots.read(shard)
         if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
             return
-        usage = await self.inputs.usage_at(shard, latest.taken_at)
         now_s = time.time()
+        binds = inflight_binds(inflight, now_s)
+        if self._idle_now(shard, latest, binds):
+            self.progress.mark(shard, latest.revision, latest.chain)
+            self._skipped.labels(shard).inc()
+            return
+        usage = await self.inputs.usage_at(shard, latest.taken_at)
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
                           config_doc=self.inputs.config_doc, given=self.inputs.given(shard, usage),
-                          inflight=inflight_binds(inflight, now_s), evicting=inflight_evictions(inflight, now_s),
+                          inflight=binds, evicting=inflight_evictions(inflight, now_s),
                           require_podgroup=latest.require_podgroup)
         for problem in result.problems:
             self._problems.labels(shard).inc()
@@ -113,6 +122,10 @@ class Planner:
         if changes is not None and self.verdicts is not None:  # after the publish: a crash in between repeats
             await self.verdicts.update(shard, changes.store, changes.drop)  # a verdict, never loses one
         self.progress.mark(shard, latest.revision, latest.chain)
+        if plan.ops:
+            self._idle.pop(shard, None)
+        else:
+            self._idle[shard] = time.monotonic()
         self._plans.labels(shard).inc()
         for kind in (Bind, Pipeline, Evict, SetCondition):
             count = len(plan.of(kind))
@@ -122,6 +135,18 @@ class Planner:
         log.info("plan_published", shard=shard, revision=latest.revision, plan_id=plan.plan_id,
                  binds=len(plan.of(Bind)), pipelined=len(plan.of(Pipeline)), evictions=len(plan.of(Evict)),
                  unschedulable=len(plan.of(SetCondition)), inflight=len(inflight))
+
+    def _idle_now(self, shard: str, latest: Current, binds: dict) -> bool:
+        """True when this revision's cycle may be left out: the shard's last plan was empty, no more than
+        `idle_cycle_s` ago, and no pending pod is left to place (each has its bind in flight, or none is
+        pending), so a cycle would find nothing to do. While a backlog's binds land (a revision every snapshot
+        delay, thousands of leases to lay over the model), at most one cycle per `idle_cycle_s` then keeps the
+        queues' figures and the time-based actions going; a pod that arrives is planned at once."""
+        idle_since = self._idle.get(shard)
+        if idle_since is None or time.monotonic() - idle_since >= self.idle_cycle_s:
+            return False
+        return unplaced_pods(latest.model, config_doc=self.inputs.config_doc, inflight=binds,
+                             require_podgroup=latest.require_podgroup) == 0
 
     async def _check_fairshare(self, shard: str, revision: int) -> None:
         """The core divides fair share itself each cycle; the fairshare service's figures are the published

@@ -1,7 +1,8 @@
 """What `assemble` keeps between cycles never changes its answer: after any sequence of revisions, with the
 scheduler names, `require_podgroup`, binds and evictions in flight changing from one cycle to the next, the
 Snapshot of a model assembled cycle after cycle equals the one of a fresh copy of that model assembled once,
-and a cycle in which nothing changed hands over the very same pod objects."""
+and a cycle in which nothing changed hands over the very same pod objects; `unplaced_pods` (asked before
+`assemble`) counts the managed pods that Snapshot shows on no node."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from shoal.core.ingest.assembly import placed
 from shoal.core.ingest.config import config_from
 from shoal.core.ingest.key_order import KeyOrder
 from shoal.core.ingest.pdbs import blocked_pod_keys
-from shoal.core.ingest.shard_model import ShardModel, assemble
+from shoal.core.ingest.shard_model import ShardModel, assemble, entry_of, key_of, unplaced_pods
 from shoal.core.model import make_snapshot
 from tests.unit.services.snapshotter.test_snapshotter_shards import (
     NOW,
@@ -136,12 +137,15 @@ def test_assembling_cycle_after_cycle_equals_assembling_afresh(steps):
             evicting = {p.uid for name, p in pods.items() if int(name[1:]) in c["evicting"]}
             args = {"now": NOW, "revision": 3, "config_doc": config, "inflight": binds, "evicting": evicting,
                     "require_podgroup": require}
+            unplaced = unplaced_pods(model, config_doc=config, inflight=binds, require_podgroup=require)
             again = assemble(model, **args)
             afresh = assemble(ShardModel.of(model.entries()), **args)
             assert again.snapshot == afresh.snapshot, shard
             expected = reference(model, config_doc=config, inflight=binds, evicting=evicting,
                                  require_podgroup=require)
             assert (again.snapshot.pods, again.snapshot.pod_groups) == (expected.pods, expected.pod_groups)
+            # what the planner asks before a cycle: the managed pods the Snapshot shows on no node
+            assert unplaced == sum(1 for p in expected.pods if p.managed and not p.node_name)
             # nothing changed: the same objects again, placed, releasing and PDB-blocked pods included, so
             # the session's kept pass (which tells changed pods by identity) counts nothing again
             twice = assemble(model, **args)
@@ -162,3 +166,22 @@ def test_key_order_equals_a_full_sort(ops):
         if key % 3 == 0:  # read now and then, as cycles do
             assert order.keys(store) == [k for _, k in sorted((v, k) for k, v in store.items())]
     assert order.keys(store) == [k for _, k in sorted((v, k) for k, v in store.items())]
+
+
+def test_unplaced_pods_are_this_schedulers_pending_pods_without_a_bind_in_flight():
+    """Before a cycle the planner asks whether one could do anything: a pending pod of another scheduler (in a
+    model built with other scheduler names than the SchedulerConfig's), a bound pod, and a pod whose bind is in
+    flight, by its uid or by its name, are nothing to place."""
+    base = {"pool": None, "group": None, "subgroup": None, "gpu": "none", "scheduler": SCHED, "node": None,
+            "phase": "Pending", "priority": None, "skip": False, "owned": False}
+    model = ShardModel()
+    for i, fields in enumerate([base, {**base, "scheduler": "default-scheduler"}, {**base, "node": 1},
+                                base, base]):
+        entry = entry_of(pod(i, fields), now=NOW, class_names=[])
+        model.put("pods", key_of(entry), entry)
+    assert unplaced_pods(model) == 3  # p0, p3, p4
+    assert unplaced_pods(model, inflight={"pod-0": ("n0", ()), "ns1/p4": ("n0", ())}) == 1
+    assert unplaced_pods(model, inflight={"pod-0": ("n0", ()), "pod-3": ("n0", ()), "pod-4": ("n1", ())}) == 0
+    config = {"apiVersion": "shoal.io/v1alpha1", "kind": "SchedulerConfig",
+              "spec": {"schedulerNames": [SCHED, "default-scheduler"]}}
+    assert unplaced_pods(model, config_doc=config) == 4

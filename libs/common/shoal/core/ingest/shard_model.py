@@ -256,6 +256,36 @@ def _with_generated(groups: list[PodGroup], generated: list[PodGroup]) -> list[P
     return groups
 
 
+def _refreshed(model: ShardModel, managed: frozenset[str], require_podgroup: bool) -> _Kept:
+    """The model's kept pods and PodGroup order, brought up to date with its changes since the last call."""
+    kept = model.kept
+    if kept is None:
+        kept = model.kept = _Kept()
+    kept.pods.refresh(model.pods, model.pod_groups, managed=managed, require_podgroup=require_podgroup,
+                      touched_pods=kept.touched_pods, touched_groups=kept.touched_groups)
+    for key in kept.touched_groups:
+        kept.groups.touch(key)
+    kept.touched_pods.clear()
+    kept.touched_groups.clear()
+    return kept
+
+
+def unplaced_pods(model: ShardModel, *, config_doc: Mapping | None = None,
+                  inflight: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+                  require_podgroup: bool = False) -> int:
+    """How many pending pods this scheduler manages `assemble` would show on no node: the pods a cycle may place,
+    pipeline or give a verdict (0: each has its bind in flight, or none is pending). Cheap: the kept pods are
+    brought up to date as `assemble` does (its next call does not repeat the work)."""
+    try:
+        _, settings = config_from(config_doc)
+    except IngestError:
+        _, settings = config_from(None)
+    kept = _refreshed(model, frozenset(settings.scheduler_names), require_podgroup)
+    inflight, pods = inflight or {}, kept.pods.kept
+    return sum(1 for key, uids in kept.pods.pending.items() if key not in inflight
+               for uid in uids if uid not in inflight and pods[uid].managed)
+
+
 def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapping | None = None,
              given: Given = NOTHING_GIVEN, inflight: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
              evicting: Collection[str] = (), require_podgroup: bool = False) -> IngestResult:
@@ -273,15 +303,7 @@ def assemble(model: ShardModel, *, now: str, revision: int = 0, config_doc: Mapp
     inflight = inflight or {}
     classes = {pc.name: pc for pc in SHIPPED_PRIORITY_CLASSES}
     classes.update(model.priority_classes)
-    kept = model.kept
-    if kept is None:
-        kept = model.kept = _Kept()
-    kept.pods.refresh(model.pods, model.pod_groups, managed=managed, require_podgroup=require_podgroup,
-                      touched_pods=kept.touched_pods, touched_groups=kept.touched_groups)
-    for key in kept.touched_groups:
-        kept.groups.touch(key)
-    kept.touched_pods.clear()
-    kept.touched_groups.clear()
+    kept = _refreshed(model, managed, require_podgroup)
     pods = kept.pods.overlay(kept.pods.pods(model.pods), inflight, evicting)
 
     if model.pdbs:
