@@ -556,3 +556,11 @@ async def test_a_start_stamp_for_a_podgroup_not_made_yet_is_dropped_quietly_othe
                       ops=(SetCorePods(pod_group="ns/pg-solo-uid", pods=("p",)),))
     await asyncio.wait_for(b.on_plan(plan, DELIVERY), 10)
     assert len([r for r in caplog.records if r.getMessage() == "status_write_skipped"]) == 1
+
+
+def test_a_plans_delivery_time_is_read_from_its_header():
+    from services.binder.handlers import _since
+
+    made = new_meta("planner").produced_at
+    assert 0 <= _since(made) < 5
+    assert _since("yesterday") is None
