@@ -86,8 +86,19 @@ async def bound_cluster_wide(kube: Any, namespace: str, account: str, *roles: st
 
 def kubeconfig_with_token(stack_kubeconfig: str, token: str, path: Path) -> Path:
     """A copy of the stack's kubeconfig whose user authenticates with `token` (no client certificate)."""
+    return _kubeconfig_with_user(stack_kubeconfig, {"token": token}, path)
+
+
+def kubeconfig_with_admin_cert(stack: Any, path: Path) -> Path:
+    """A copy of the stack's kubeconfig whose user is the admin by its client certificate (no token)."""
+    pki = Path(stack.state_dir) / "pki"
+    return _kubeconfig_with_user(stack.kubeconfig, {"client-certificate": str(pki / "admin.crt"),
+                                                    "client-key": str(pki / "admin.key")}, path)
+
+
+def _kubeconfig_with_user(stack_kubeconfig: str, user: dict, path: Path) -> Path:
     config = yaml.safe_load(Path(stack_kubeconfig).read_text())
     context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
-    config["users"] = [{"name": context["context"]["user"], "user": {"token": token}}]
+    config["users"] = [{"name": context["context"]["user"], "user": user}]
     path.write_text(yaml.safe_dump(config))
     return path

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from access_users import bind_in_namespace, bound_cluster_wide, kubeconfig_with_token, token_of, viewer_roles
+from access_users import (
+    bind_in_namespace,
+    bound_cluster_wide,
+    kubeconfig_with_admin_cert,
+    kubeconfig_with_token,
+    token_of,
+    viewer_roles,
+)
 from browser import Browser
 from e2e_helpers import api_service
 
@@ -88,9 +95,10 @@ async def test_the_clis_pass_the_kubeconfig_token(auth_api: str, stack: Any, kub
             queues = await asyncio.to_thread(run, [str(BIN / "shoal"), "queues"], shoal_env)
             assert queues.returncode == 1 and "shoal-cluster-viewer" in queues.stderr, queues.stderr
 
-            # the stack's admin authenticates with a client certificate: no token to pass on
+            # a user that authenticates with a client certificate has no token to pass on
+            by_cert = kubeconfig_with_admin_cert(stack, tmp_path / "admin-cert.kubeconfig")
             admin = await asyncio.to_thread(run, [str(BIN / "shoal"), "explain", f"{namespace}/train-0"],
-                                            {"SHOAL_API_URL": auth_api, "SHOAL_KUBECONFIG": stack.kubeconfig})
+                                            {"SHOAL_API_URL": auth_api, "SHOAL_KUBECONFIG": str(by_cert)})
             assert admin.returncode == 1 and "answered 401" in admin.stderr and "no bearer token" in admin.stderr
     finally:
         await kube.delete(NAMESPACES, other)

@@ -108,6 +108,16 @@ async def test_apiserver_answers_and_rbac_is_enforced(kube_api: Any, namespace: 
     await eventually(lambda: allowed("alice"), 10, "the role binding to take effect")
 
 
+async def test_the_kubeconfig_authenticates_the_admin_by_token(kube_api: Any, stack: Any) -> None:
+    """The kubeconfig's user is the admin by bearer token (a lookup for the apiserver, where a client certificate
+    costs a signature check on every request); the admin certificate still answers the stack's readiness probes."""
+    review = await client.AuthenticationV1Api(kube_api).create_self_subject_review({})
+    user = review.status.user_info
+    assert user.username == "admin" and "system:masters" in user.groups
+    text = Path(stack.kubeconfig).read_text()
+    assert "token: " in text and "client-certificate" not in text
+
+
 async def test_fake_gpu_nodes_keep_capacity_labels_and_ready(
     kube_api: Any, gpu_nodes: Any, node_pool: str
 ) -> None:

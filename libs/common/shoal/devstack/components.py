@@ -79,6 +79,7 @@ def apiserver(state: Path, pki: Pki, etcd_port: int, port: int, node_ip: str | N
             f"--tls-cert-file={pki.serving_cert}",
             f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca_cert}",
+            f"--token-auth-file={pki.token_file}",
             "--authorization-mode=RBAC",
             f"--service-account-issuer=https://{host}:{port}",
             f"--service-account-key-file={pki.sa_pub}",
