@@ -419,3 +419,34 @@ async def test_a_message_over_kafkas_1_mb_default_goes_through(kafka: KafkaSetti
     async with Publisher(small) as bus:
         with pytest.raises(PermanentError, match="MessageSizeTooLarge"):
             await bus.publish(topic, big, key="pool-a")  # the setting is what the producer holds to
+
+
+async def test_thousands_of_gathered_publishes_wait_for_room_in_the_producers_buffer_once_per_batch(
+        kafka: KafkaSettings, topic_prefix: str, group: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's decisions are published together (thousands in a backlog's first plan). aiokafka holds one open
+    batch per partition: when it is full, every send waiting for room wakes each time it drains, and all but the
+    ~40 that fit in the next one go back to waiting (~600 µs of CPU per message for 5,000 gathered, ~35 µs once
+    queued). Queued per topic, a send waits for room at most once, and they arrive in the order published."""
+    from aiokafka.producer.message_accumulator import MessageBatch
+
+    waits = [0]
+    wait_drain = MessageBatch.wait_drain
+
+    async def counted(self: MessageBatch, *args: Any, **kwargs: Any) -> Any:
+        waits[0] += 1
+        return await wait_drain(self, *args, **kwargs)
+
+    monkeypatch.setattr(MessageBatch, "wait_drain", counted)
+    topic = f"{topic_prefix}many.v1"
+    await ensure_topics(kafka, [topic])
+    n = 3000
+    got: list[tuple[Any, Delivery]] = []
+    async with Publisher(kafka) as bus:
+        # a decision event's size: a 16 KB batch holds ~40
+        await asyncio.gather(*(bus.publish(topic, Ping(id=f"m{i}-" + "d" * 400, seq=i), key="pool-a")
+                               for i in range(n)))
+        assert waits[0] <= n // 10, waits[0]  # one per batch filled; all gathered at once waited ~n²/80 times
+        async with running(Consumer(kafka, [topic], group_id=group, message_type=Message, handler=collector(got),
+                                    dlq=bus)):
+            await until(lambda: len(got) == n)
+    assert [m.seq for m, _ in got] == list(range(n))
