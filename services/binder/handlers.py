@@ -173,23 +173,24 @@ class Binder(Publishing, SharedGpus, Evictions):
         no longer holds as read (removed, or a later plan's) is left to the bind's own check."""
         left_alone: set[str] = set()
         while True:
-            now = time.time()
-            due = [e for uid, e in leases.items()
-                   if uid not in left_alone and e.ttl_s > 0 and e.expires_at - now <= e.ttl_s / 2]
-            if due:
-                try:
-                    renewed = await self.inflight.renew(shard, due, now_s=now)
-                except TransientError as exc:
-                    log.warning("lease_renewal_failed", shard=shard, leases=len(due), error=str(exc))
-                else:
-                    for entry in renewed:
-                        if entry.pod_uid in leases:  # its bind may have finished meanwhile
-                            leases[entry.pod_uid] = entry
-                    left_alone.update({e.pod_uid for e in due} - {e.pod_uid for e in renewed})
-            waits = [e.expires_at - e.ttl_s / 2 for uid, e in leases.items() if uid not in left_alone and e.ttl_s > 0]
-            if not waits:
+            kept = [e for uid, e in leases.items() if uid not in left_alone and e.ttl_s > 0]
+            if not kept:
                 return
-            await asyncio.sleep(max(min(waits) - time.time(), LEASE_RENEW_MIN_WAIT_S))
+            now = time.time()
+            due = [e for e in kept if e.expires_at - e.ttl_s / 2 <= now]
+            if not due:
+                await asyncio.sleep(max(min(e.expires_at - e.ttl_s / 2 for e in kept) - now, LEASE_RENEW_MIN_WAIT_S))
+                continue
+            try:
+                renewed = await self.inflight.renew(shard, due, now_s=now)
+            except TransientError as exc:
+                log.warning("lease_renewal_failed", shard=shard, leases=len(due), error=str(exc))
+                await asyncio.sleep(LEASE_RENEW_MIN_WAIT_S)
+                continue
+            for entry in renewed:
+                if entry.pod_uid in leases:  # its bind may have finished meanwhile
+                    leases[entry.pod_uid] = entry
+            left_alone.update({e.pod_uid for e in due} - {e.pod_uid for e in renewed})
 
     async def _finish(self, plan: PlanIssued, number: int, binds: asyncio.Future, turns: list[Turn]) -> None:
         """After the plan's binds: its events at once (what they say holds whatever another plan does); then

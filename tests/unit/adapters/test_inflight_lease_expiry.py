@@ -17,6 +17,9 @@ class FakeRedis:
     def __init__(self) -> None:
         self.hashes: dict[str, dict[str, bytes]] = {}
 
+    def register_script(self, script: str) -> object:
+        return object()
+
     async def hset(self, key: str, mapping: dict[str, bytes]) -> None:
         self.hashes.setdefault(key, {}).update(mapping)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
@@ -49,7 +48,7 @@ def live(entry: InFlightBind | None, now_s: float | None = None) -> InFlightBind
 class InFlight:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
-        self._renew: Any = None  # the registered _RENEW script, on first use
+        self._renew = redis.register_script(_RENEW)
         self._decoded: dict[str, dict[bytes, InFlightBind]] = {}  # shard → stored value → its entry (frozen)
 
     async def add(self, shard: str, entries: Iterable[InFlightBind]) -> None:
@@ -90,8 +89,6 @@ class InFlight:
         given = {e.pod_uid or e.pod: e for e in leases if e.ttl_s > 0 and live(e, now) is not None}
         if not given:
             return []
-        if self._renew is None:
-            self._renew = self._redis.register_script(_RENEW)
         fresh = {uid: msgspec.structs.replace(e, expires_at=now + e.ttl_s) for uid, e in given.items()}
         args: list[str | bytes] = []
         for uid, entry in given.items():

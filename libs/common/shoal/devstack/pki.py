@@ -51,13 +51,12 @@ class Pki:
         return self.dir / "admin.key"
 
     @property
-    def admin_token(self) -> Path:
-        return self.dir / "admin.token"
-
-    @property
     def token_file(self) -> Path:
         """The apiserver's --token-auth-file: the admin's token, user, uid and group."""
         return self.dir / "tokens.csv"
+
+    def admin_token(self) -> str:
+        return self.token_file.read_text().split(",", 1)[0]
 
     @property
     def sa_key(self) -> Path:
@@ -169,10 +168,8 @@ def make_pki(directory: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
         cwd=directory,
     )
     _openssl("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub), cwd=directory)
-    token = secrets.token_hex(24)
-    for path, text in ((pki.admin_token, token), (pki.token_file, f'{token},admin,admin,"system:masters"\n')):
-        path.write_text(text)
-        path.chmod(0o600)
+    pki.token_file.write_text(f'{secrets.token_hex(24)},admin,admin,"system:masters"\n')
+    pki.token_file.chmod(0o600)
     return pki
 
 
@@ -189,7 +186,7 @@ clusters:
 users:
 - name: admin
   user:
-    token: {pki.admin_token.read_text().strip()}
+    token: {pki.admin_token()}
 contexts:
 - name: {cluster}
   context:
