@@ -21,8 +21,9 @@ class PodGrouperSettings(ServiceSettings, frozen=True, kw_only=True):
     workers: Annotated[int, Meta(ge=1, le=64), doc("pods grouped concurrently")] = 16
     retry_max_s: Annotated[float, Meta(gt=0), doc("backoff cap for owners that cannot be read")] = 30.0
     bare_annotate_delay_s: Annotated[float, Meta(ge=0, le=300), doc(
-        "seconds a pending bare pod's PodGroup and pod-group-name annotation wait for its bind (its Binding "
-        "carries the annotation; the PodGroup is then created with the start stamp); 0: both at once")] = 2.0
+        "the most seconds a pending bare pod's PodGroup and pod-group-name annotation wait for its bind (its "
+        "Binding carries the annotation; the PodGroup is then created with the start stamp); a PodScheduled=False "
+        "condition on the pod (unschedulable, gated) ends the wait at once; 0: both at once")] = 30.0
 
     def problems(self) -> list[str]:
         return [] if self.scheduler_names else ["SHOAL_SCHEDULER_NAMES: at least one scheduler name"]

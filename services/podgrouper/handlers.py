@@ -48,7 +48,10 @@ class PodGrouper:
     priority_class_ttl_s: float = 30.0
     event_dedupe_s: float = 300.0
     cache_ttl_s: float = 5.0  # owners read and PodGroups found in line are trusted this long (bursts of pods)
-    bare_annotate_delay_s: float = 2.0  # how long a pending bare pod's PodGroup and annotation wait for its bind
+    # the longest a pending bare pod's PodGroup and annotation wait for its bind (the scheduler's verdict that it
+    # cannot be placed now ends the wait at once: `t.scheduling_declined`)
+    bare_annotate_delay_s: float = 30.0
+    stamp_check_delay_s: float = 2.0  # a PodGroup made before its pod's bind is checked this long after the bind
     latest: dict[str, dict] = field(default_factory=dict)  # pod key → newest object, until it is handled
     synced: set[str] = field(default_factory=set)  # scheduler names whose first list is in
     _done: dict[str, str] = field(default_factory=dict)  # pod key → uid grouped by this process
@@ -112,18 +115,25 @@ class PodGrouper:
         self._end_deferral(key)
 
     def _end_deferral(self, key: str) -> None:
-        handle = self._deferred.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-        self._due.discard(key)
+        self._cancel_deferral(key)
         self._first_seen.pop(key, None)
         self._unstamped.discard(key)
 
     def _defer(self, key: str) -> None:
         """Handle the pod again when its deferral ends (or sooner, on news of it from the watch)."""
         if key not in self._deferred:
-            self._deferred[key] = asyncio.get_running_loop().call_later(self.bare_annotate_delay_s, self._deferral_ended,
-                                                                       key)
+            # a pod followed since its PodGroup was made waits only for the scheduler's stamp
+            delay = self._stamp_wait_s() if key in self._unstamped else self.bare_annotate_delay_s
+            self._deferred[key] = asyncio.get_running_loop().call_later(delay, self._deferral_ended, key)
+
+    def _stamp_wait_s(self) -> float:
+        return min(self.stamp_check_delay_s, self.bare_annotate_delay_s)
+
+    def _cancel_deferral(self, key: str) -> None:
+        handle = self._deferred.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        self._due.discard(key)
 
     def _deferral_ended(self, key: str) -> None:
         self._deferred.pop(key, None)
@@ -211,14 +221,16 @@ class PodGrouper:
 
         A bare pod is scheduled without waiting for the podgrouper (`shoal.core.ingest.shard_model`), and the
         binder's Binding carries its pod-group-name (the apiserver copies it onto the pod in the bind's own
-        write). So a pending bare pod waits up to `bare_annotate_delay_s` for its bind: bound by then, its
-        PodGroup is created carrying the start stamp (the scheduler stamps no PodGroup its plan did not see
-        in the cluster) and the pod needs no patch: one write where a PodGroup made before the bind took three
-        (its create, the scheduler's stamp, and the pod patch or a read-back of the stamp). One still pending
-        then gets its PodGroup and its annotation, as in KAI. That PodGroup is followed until its pod's bind:
-        a bind before the pod patch shows in the patch's answer; a later one is checked, once the wait after it
-        has given the scheduler's own stamp time to land, and stamped if the scheduler's plan did not know the
-        PodGroup yet."""
+        write). So a pending bare pod waits for its bind: bound, its PodGroup is created carrying the start
+        stamp (the scheduler stamps no PodGroup its plan did not see in the cluster) and the pod needs no patch:
+        one write where a PodGroup made before the bind took three (its create, the scheduler's stamp, and the
+        pod patch or a read-back of the stamp). The wait ends sooner when the pod's PodScheduled condition says
+        it is not being placed now (the scheduler found no room, or a scheduling gate holds it), and at the
+        latest after `bare_annotate_delay_s`: the pod then gets its PodGroup and its annotation, as in KAI, so
+        the PodGroup's conditions can say why it waits. That PodGroup is followed until its pod's bind: a bind
+        before the pod patch shows in the patch's answer; a later one is checked, once `stamp_check_delay_s`
+        after it has given the scheduler's own stamp time to land, and stamped if the scheduler's plan did not
+        know the PodGroup yet."""
         reason = t.skip_reason(pod)
         if reason is None:
             owners = await self.owner_chain(pod)
@@ -241,7 +253,7 @@ class PodGrouper:
                 return DEFERRED
             self._unstamped.discard(key)
             return "grouped" if await self._stamp_unless_stamped(desired, started) else "unchanged"
-        if bare and started is None and waits:
+        if bare and started is None and waits and not t.scheduling_declined(pod):
             self._first_seen.setdefault(key, desired)
             return DEFERRED
         # a bare pod's PodGroup is the one for the pod as first seen: the labels its bind adds (runai-gpu-group)
@@ -268,8 +280,8 @@ class PodGrouper:
                      subgroup=grouping.subgroup, min_member=desired["spec"].get("minMember"),
                      queue=desired["spec"].get("queue"), priority_class=desired["spec"].get("priorityClassName"))
         if made_first:
+            self._cancel_deferral(key)  # its bind starts a wait of its own
             self._unstamped.add(key)
-            self._due.discard(key)  # its bind starts a wait of its own
             return FOLLOWING
         return "grouped" if changed else "unchanged"
 

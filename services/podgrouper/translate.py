@@ -185,6 +185,13 @@ def start_stamp(pod: Mapping) -> str | None:
     return utc_now()
 
 
+def scheduling_declined(pod: Mapping) -> bool:
+    """The pod's PodScheduled condition is False: the scheduler found no place for it now (Unschedulable), or
+    a scheduling gate holds it (SchedulingGated); either way its bind is not on its way."""
+    return any(isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+               for c in _map(pod.get("status")).get("conditions") or [])
+
+
 def has_start_stamp(podgroup: Mapping) -> bool:
     return bool(_map(meta(podgroup).get("annotations")).get(ANNOTATION_LAST_START))
 

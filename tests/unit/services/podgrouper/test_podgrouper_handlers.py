@@ -280,6 +280,61 @@ async def test_a_bare_pod_bound_within_the_wait_gets_its_podgroup_with_the_start
         assert g.stats()["deferred"] == 0 and not g._due and not g._first_seen and "ns/solo" not in g.latest
 
 
+def declined(pod: dict, reason: str) -> dict:
+    """The pod with the PodScheduled=False condition a scheduler (Unschedulable) or the apiserver (a scheduling
+    gate) writes."""
+    out = copy.deepcopy(pod)
+    out["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": reason,
+                                    "lastTransitionTime": "2026-12-06T03:00:01Z"}]
+    return out
+
+
+@pytest.mark.parametrize("reason", ["Unschedulable", "SchedulingGated"])
+async def test_a_waiting_bare_pod_the_scheduler_cannot_place_gets_its_podgroup_at_once_and_is_followed(reason):
+    """The wait is for a bind on its way: a pod the scheduler found no room for (or a gate holds) gets its
+    PodGroup and annotation as soon as the watch shows its PodScheduled=False condition, long before the wait
+    would end, so the PodGroup can carry the scheduler's conditions; its bind is then followed and stamped a
+    short wait after it, not the long one."""
+    async with watching_one_bare_pod(30.0) as (g, kube, pending):
+        g.stamp_check_delay_s = 0.1
+        assert kube.writes == []
+        waiting = declined(pending, reason)
+        kube.put(waiting)
+        g._offer(waiting, "shoal-scheduler")
+        await wait_until(lambda: g.stats()["following"] == 1 and not g._queued and not g._processing)
+        assert kube.writes == [("create", "podgroups", "pg-solo-uid-solo"), ("patch", "pods", "solo")]
+        assert g.stats()["deferred"] == 0 and not g._first_seen  # the long wait is over
+        bound = bound_by_binding(kube.store[("pods", "ns", "solo")], at="2026-12-06T03:00:09Z")
+        kube.put(bound)
+        g._offer(bound, "shoal-scheduler")
+        await wait_until(lambda: "ns/solo" in g._done)
+    pg = kube.store[("podgroups", "ns", "pg-solo-uid-solo")]
+    assert pg["metadata"]["annotations"][LAST_START] == "2026-12-06T03:00:09Z"
+    assert g.stats()["following"] == 0 and g.stats()["deferred"] == 0 and not g._due
+
+
+async def test_a_waiting_bare_pod_whose_scheduling_goes_on_waits_the_whole_time():
+    """News of a pending pod that says nothing against its bind (here: a label added) does not end its wait."""
+    async with watching_one_bare_pod(30.0) as (g, kube, pending):
+        newer = copy.deepcopy(pending)
+        newer["metadata"]["labels"] = {"team": "a"}
+        newer["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]  # no nodeName: not bound
+        g._offer(newer, "shoal-scheduler")
+        await asyncio.sleep(0.1)
+        assert kube.writes == [] and g.stats()["deferred"] == 1 and "ns/solo" in g._first_seen
+
+
+def test_scheduling_declined_reads_only_a_false_podscheduled_condition():
+    from services.podgrouper import translate as t
+
+    assert t.scheduling_declined(declined(bare_pod(), "Unschedulable"))
+    assert t.scheduling_declined(declined(bare_pod(), "SchedulingGated"))
+    assert not t.scheduling_declined(bare_pod())
+    assert not t.scheduling_declined(bare_pod(node="n1", scheduled_at="2026-12-06T03:00:00Z"))
+    assert not t.scheduling_declined({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    assert not t.scheduling_declined({"status": None})
+
+
 async def test_a_bare_pod_still_pending_when_the_wait_ends_gets_its_podgroup_and_annotation_then():
     async with watching_one_bare_pod(0.1) as (g, kube, _):
         assert kube.writes == []
