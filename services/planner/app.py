@@ -28,6 +28,7 @@ def build(settings: PlannerSettings) -> web.Application:
             fair_shares=LatestValue(redis, redis_keys.fair_share, FairShareComputed),
             inflight=InFlight(redis), bus=ports.bus, metrics=ports.metrics, topic_prefix=settings.topic_prefix,
             inflight_ttl_s=settings.inflight_ttl_s, idle_cycle_s=settings.idle_cycle_s,
+            bind_cap=settings.bind_cap,
             fairshare_stale_revisions=settings.fairshare_stale_revisions, fairshare_stale_s=settings.fairshare_stale_s,
             inputs=shard_inputs(settings, usage_source(redis, settings.usage)),
             verdicts=PublishedVerdicts(redis), verdict_reassert_s=settings.verdict_reassert_s).on_snapshot

@@ -24,6 +24,10 @@ class PlannerSettings(PlanningSettings, frozen=True, kw_only=True):
     idle_cycle_s: Annotated[float, Meta(ge=0), doc(
         "when a shard's last plan was empty and every pending pod's bind is in flight (a backlog's binds landing), "
         "a new revision is planned at most this often (0: every revision); a pod that arrives is planned at once")] = 1.0
+    bind_cap: Annotated[int, Meta(ge=0), doc(
+        "a cycle places no further job once it has placed this many pods (a gang is placed whole) and then ends "
+        "before the eviction actions; the next cycle follows at once on the binds in flight, so no plan outgrows "
+        "SHOAL_KAFKA_MAX_MESSAGE_BYTES (0: no cap)")] = 20_000
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-planner"
     verdict_reassert_s: Annotated[Annotated[float, Meta(ge=0)], doc(
         "a pending PodGroup's unchanged verdict is published on the decision stream again after this many "

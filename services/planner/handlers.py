@@ -28,7 +28,7 @@ from shoal.adapters.latest_value import LatestValue
 from shoal.adapters.planning import ShardInputs
 from shoal.adapters.shard_snapshots import Current, Progress, SnapshotReader
 from shoal.adapters.verdicts import PublishedVerdicts
-from shoal.core.cycle import run_cycle
+from shoal.core.cycle import run_cycle_timed
 from shoal.core.ingest.common import IngestError, parse_time
 from shoal.core.ingest.shard_model import assemble, unplaced_pods
 from shoal.core.kept_pass import KeptPass
@@ -63,12 +63,15 @@ class Planner:
     kept: dict[str, KeptPass] = field(default_factory=dict)  # each shard's pod pass, kept between cycles
     _stale_warned: dict[str, float] = field(default_factory=dict)  # shard → when fairshare_stale was logged
     idle_cycle_s: float = 1.0  # with nothing left to place after an empty plan, a cycle at most this often
+    bind_cap: int = 20_000  # a cycle places no further job past this many pods (0: no cap; `run_cycle_timed`)
     _idle: dict[str, float] = field(default_factory=dict)  # shard → when its last plan, an empty one, was made
 
     def __post_init__(self) -> None:
         m = self.metrics
         self._plans = m.counter("planner_plans_total", "Plans published.", ["shard"])
         self._ops = m.counter("planner_ops_total", "Plan operations published.", ["shard", "op"])
+        self._capped = m.counter("planner_cycles_capped_total",
+                                 "Cycles that stopped at the bind cap (the next is planned at once).", ["shard"])
         self._skipped = m.counter("planner_cycles_skipped_total",
                                   "Revisions left unplanned: nothing to place after an empty plan.", ["shard"])
         self._cycle = m.histogram("planner_cycle_seconds", "Snapshot read to plan published.", ["shard"])
@@ -82,17 +85,23 @@ class Planner:
             return
         if self.progress.handled(shard, message.revision, message.chain):
             return  # a duplicate or an old announcement: a newer revision was planned already
+        again = await self._plan(shard)
+        while again:  # the cycle stopped at the bind cap: plan on at once, its binds now in flight
+            again = await self._plan(shard, capped_before=True)
+
+    async def _plan(self, shard: str, *, capped_before: bool = False) -> bool:
+        """One cycle on the shard's newest snapshot; True when it stopped at `bind_cap` with jobs left."""
         started = time.perf_counter()
         inflight = await self.inflight.all(shard)  # before the snapshot, never after
         latest = await self.snapshots.read(shard)
-        if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
-            return
+        if latest is None or (not capped_before and self.progress.handled(shard, latest.revision, latest.chain)):
+            return False
         now_s = time.time()
         binds = inflight_binds(inflight, now_s)
-        if self._idle_now(shard, latest, binds):
+        if not capped_before and self._idle_now(shard, latest, binds):
             self.progress.mark(shard, latest.revision, latest.chain)
             self._skipped.labels(shard).inc()
-            return
+            return False
         usage = await self.inputs.usage_at(shard, latest.taken_at)
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
                           config_doc=self.inputs.config_doc, given=self.inputs.given(shard, usage),
@@ -102,7 +111,9 @@ class Planner:
             self._problems.labels(shard).inc()
             log.warning("scheduler_config_problem", shard=shard, field=problem.field, problem=problem.message)
         await self._check_fairshare(shard, latest.revision)
-        plan = run_cycle(result.snapshot, kept=self.kept.setdefault(shard, KeptPass()))
+        plan, timings = run_cycle_timed(result.snapshot, kept=self.kept.setdefault(shard, KeptPass()),
+                                        bind_cap=self.bind_cap)
+        capped = bool(timings.counters.get("allocate.capped"))
         await self.inflight.add(shard, inflight_entries(plan, now_s=time.time(), ttl_s=self.inflight_ttl_s))
         groups = SnapshotGroups(result.snapshot.pod_groups)
         issued = PlanIssued(meta=new_meta("planner", revision=latest.revision, id=plan.plan_id), shard=shard,
@@ -134,7 +145,10 @@ class Planner:
         self._cycle.labels(shard).observe(time.perf_counter() - started)
         log.info("plan_published", shard=shard, revision=latest.revision, plan_id=plan.plan_id,
                  binds=len(plan.of(Bind)), pipelined=len(plan.of(Pipeline)), evictions=len(plan.of(Evict)),
-                 unschedulable=len(plan.of(SetCondition)), inflight=len(inflight))
+                 unschedulable=len(plan.of(SetCondition)), inflight=len(inflight), capped=capped)
+        if capped:
+            self._capped.labels(shard).inc()
+        return capped
 
     def _idle_now(self, shard: str, latest: Current, binds: dict) -> bool:
         """True when this revision's cycle may be left out: the shard's last plan was empty, no more than

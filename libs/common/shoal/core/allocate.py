@@ -225,6 +225,9 @@ def run(ctx: Context, policy: Policy = DEFAULT_POLICY) -> None:
         if _admit(ctx, pending):
             jq.push(pending)
     while True:
+        if ctx.bind_cap and ctx.binds >= ctx.bind_cap:  # a job is placed whole even past the cap
+            ctx.capped = jq.pop() is not None
+            break
         job = jq.pop()
         if job is None:
             break

@@ -92,6 +92,9 @@ class Context:
         self.moved: list[Change] = []  # consolidation's re-placements of the pods it moves (not in the plan)
         self.status_ops: list = []  # Annotate / PodGroupEvent ops from the eviction actions (core II)
         self.counters: dict[str, int] = {}  # e.g. victims simulated per action, budget stops (core II)
+        self.bind_cap = 0  # allocate places no further job once this many pods are placed (0: no cap)
+        self.binds = 0  # pods placed by allocate this cycle
+        self.capped = False  # allocate stopped at the cap: the cycle ends there, the next goes on
         self._victims: VictimPool | None = None
 
     def victim_pool(self) -> VictimPool:
@@ -127,6 +130,8 @@ class Context:
                 continue
             self.accepted.append(op)
             self.job_ops.setdefault(job.key, []).append(op)
+            if op.kind == "allocate":
+                self.binds += 1
             sign = -1 if op.kind == "evict" else 1
             delta = Resources(task.cpu * sign, task.mem * sign, task.gpu_fair * sign)
             if job.queue in self.shares:

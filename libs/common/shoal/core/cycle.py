@@ -197,28 +197,33 @@ def fair_share_figures(snapshot: Snapshot, kept: KeptPass | None = None) -> tupl
 
 def run_cycle_timed(
     snapshot: Snapshot, timer: Callable[[], float] | None = None, *, eager_jobs: bool = False,
-    kept: KeptPass | None = None,
+    kept: KeptPass | None = None, bind_cap: int = 0,
 ) -> tuple[Plan, CycleTimings]:
     """`eager_jobs=True` makes every job while building the session instead of on first use (the same
     plan, slower: the reference the lazy build is tested against). `kept`: the pod pass kept from the
-    shard's earlier cycles (`kept_pass.KeptPass`, brought up to date by this one; the same plan)."""
+    shard's earlier cycles (`kept_pass.KeptPass`, brought up to date by this one; the same plan).
+    `bind_cap` > 0: allocate places no further job once the cycle has placed that many pods (a job is
+    placed whole, past the cap if need be), and a cycle that stopped there with jobs left ends after
+    allocate (counter `allocate.capped`): no eviction action runs for jobs allocate never tried, and the
+    planner plans again at once, on the binds now in flight."""
     # The cycle allocates ~1 object per pod and frees nothing until it ends: the cyclic GC would rescan
     # the whole snapshot many times (2/3 of the build time at 140k pods), so it is paused for the cycle.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run(snapshot, timer, eager_jobs, kept)
+        return _run(snapshot, timer, eager_jobs, kept, bind_cap)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool,
-         kept: KeptPass | None) -> tuple[Plan, CycleTimings]:
+         kept: KeptPass | None, bind_cap: int = 0) -> tuple[Plan, CycleTimings]:
     clock = timer if timer is not None else (lambda: 0.0)
     t0 = clock()
     session = Session(snapshot, eager_jobs=eager_jobs, kept=kept)
     ctx = Context(session)
+    ctx.bind_cap = bind_cap
     t1 = clock()
     durations: dict[str, float] = {}
     for name in enabled_actions(snapshot):
@@ -227,6 +232,9 @@ def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool
         if fn is not None:
             fn(ctx)
         durations[name] = round((clock() - a0) * 1000.0, 3)
+        if ctx.capped:
+            ctx.counters["allocate.capped"] = 1
+            break
     background.restore(ctx)
     bindbackoff.clear_recovered(ctx)
     plan = build_plan(ctx)
@@ -241,5 +249,5 @@ def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool
 
 
 def run_cycle(snapshot: Snapshot, timer: Callable[[], float] | None = None, *, eager_jobs: bool = False,
-              kept: KeptPass | None = None) -> Plan:
-    return run_cycle_timed(snapshot, timer, eager_jobs=eager_jobs, kept=kept)[0]
+              kept: KeptPass | None = None, bind_cap: int = 0) -> Plan:
+    return run_cycle_timed(snapshot, timer, eager_jobs=eager_jobs, kept=kept, bind_cap=bind_cap)[0]
