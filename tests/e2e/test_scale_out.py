@@ -13,7 +13,7 @@ from e2e_helpers import eventually
 
 from shoal.adapters.kube import PODGROUPS, PODS, QUEUES
 from shoal.devstack.procs import launch, stop_process, wait_ready
-from shoal.devstack.scheduler import service_spec
+from shoal.devstack.scheduler import install_base, service_spec
 
 
 def gang(namespace, name, queue, pool, size):
@@ -31,6 +31,7 @@ def gang(namespace, name, queue, pool, size):
 
 @pytest.mark.timeout(600)
 async def test_two_shards_two_planners_two_binders(stack, kube, namespace, gpu_nodes):
+    await install_base(stack.kubeconfig)  # the CRDs: run alone, no earlier test installed them
     tag = f"scale{uuid.uuid4().hex[:6]}"
     pools = [f"{tag}-a", f"{tag}-b"]
     nodes = {}
@@ -46,7 +47,10 @@ async def test_two_shards_two_planners_two_binders(stack, kube, namespace, gpu_n
            "SHOAL_KAFKA_SESSION_TIMEOUT_MS": "6000", "SHOAL_KAFKA_HEARTBEAT_INTERVAL_MS": "500"}
     specs = [service_spec("snapshotter", env), service_spec("fairshare", env)]
     for i, pool in enumerate(pools):
-        spec = service_spec("planner", {**env, "SHOAL_SHARDS": pool, "SHOAL_GROUP_ID": f"planner-{pool}"})
+        # the first pool's planner caps its cycles at 3 binds: its backlog of 3 gangs of 2, there before the
+        # services start, is planned in two cycles from one snapshot (2 gangs, then the third)
+        cap = {"SHOAL_BIND_CAP": "3"} if i == 0 else {}
+        spec = service_spec("planner", {**env, "SHOAL_SHARDS": pool, "SHOAL_GROUP_ID": f"planner-{pool}", **cap})
         spec.name = f"shoal-planner-{i}"
         specs.append(spec)
     for i in range(2):
@@ -54,17 +58,21 @@ async def test_two_shards_two_planners_two_binders(stack, kube, namespace, gpu_n
         spec.name = f"shoal-binder-{i}"
         specs.append(spec)
     pids = {}
+
+    async def gangs(pool: str) -> None:
+        for g in range(3):
+            pg, pods = gang(namespace, f"{pool}-g{g}", queue, pool, 2)
+            await kube.create(PODGROUPS, pg, namespace=namespace)
+            for p in pods:
+                await kube.create(PODS, p, namespace=namespace)
+
     try:
+        await gangs(pools[0])  # a backlog: there before the scheduler
         for spec in specs:
             pids[spec.name] = launch(state, spec, tie_to_parent=True)
         for spec in specs:
             wait_ready(state, spec, pids[spec.name])
-        for pool in pools:
-            for g in range(3):
-                pg, pods = gang(namespace, f"{pool}-g{g}", queue, pool, 2)
-                await kube.create(PODGROUPS, pg, namespace=namespace)
-                for p in pods:
-                    await kube.create(PODS, p, namespace=namespace)
+        await gangs(pools[1])
 
         async def all_bound():
             items, _ = await kube.list(PODS, namespace=namespace)
@@ -81,6 +89,8 @@ async def test_two_shards_two_planners_two_binders(stack, kube, namespace, gpu_n
             assert f'"shard":"{pool}"' in log and '"binds":' in log, f"planner {i} planned no work for {pool}"
             other = pools[1 - i]
             assert f'"plan_published","logger":"services.planner","service":"planner","shard":"{other}"' not in log
+        first = (state / "logs" / "shoal-planner-0.log").read_text()
+        assert '"capped":true' in first, "the first pool's backlog never reached its planner's bind cap"
     finally:
         for name in pids:
             stop_process(state, name)
