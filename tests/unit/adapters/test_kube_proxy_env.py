@@ -38,3 +38,27 @@ def test_no_proxy_in_the_environment_means_no_lookup_per_request(tmp_path, monke
 
 def test_a_proxy_in_the_environment_is_still_honoured(tmp_path, monkeypatch):
     assert _trusts_env(tmp_path, monkeypatch, {"HTTPS_PROXY": "http://127.0.0.1:3128"}) is True
+
+
+def test_a_client_made_elsewhere_stops_looking_too(tmp_path, monkeypatch):
+    """The dev stack's fake kubelet and the benchmark make their own ApiClient: the same helper applies."""
+    from kubernetes_asyncio import client
+
+    from shoal.adapters.kube import skip_proxy_lookup
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+    async def check(proxy_env: bool) -> bool:
+        if proxy_env:
+            monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+        api = client.ApiClient(client.Configuration())
+        try:
+            assert api.rest_client.pool_manager.trust_env is True  # kubernetes_asyncio's own default
+            skip_proxy_lookup(api)
+            return api.rest_client.pool_manager.trust_env
+        finally:
+            await api.close()
+
+    assert asyncio.run(check(False)) is False
+    assert asyncio.run(check(True)) is True

@@ -62,6 +62,7 @@ async def run(info: Any, *, pods: int = 1000, rates: Sequence[float] = (10, 50),
     await config.load_kube_config(config_file=info.kubeconfig, client_configuration=cfg)
     api = client.ApiClient(cfg)
     api.user_agent = k.user_agent("bench")
+    k.skip_proxy_lookup(api)
     bench = phases.Bench(info=info, api=api, kube=k.Kube(api), state_dir=state, run_tag=run_tag,
                          timeout_s=timeout_s, gpus_per_node=gpus, nodes=nodes)
     records: list[dict[str, Any]] = []
