@@ -42,6 +42,7 @@ from shoal.metrics import Metrics
 
 log = get_logger("services.planner")
 UNSCHEDULABLE = "io.shoal.decision.unschedulable"
+MAX_CAPPED_REPEATS = 100  # capped cycles planned after one announcement's (2 million pods at the default cap)
 
 
 @dataclass
@@ -85,8 +86,12 @@ class Planner:
             return
         if self.progress.handled(shard, message.revision, message.chain):
             return  # a duplicate or an old announcement: a newer revision was planned already
-        again = await self._plan(shard)
+        again, repeats = await self._plan(shard), 0
         while again:  # the cycle stopped at the bind cap: plan on at once, its binds now in flight
+            if repeats == MAX_CAPPED_REPEATS:  # leases that do not hold (a TTL of 0) would plan the same pods
+                log.warning("planner_capped_cycles_stopped", shard=shard, cycles=repeats + 1)
+                return  # the next revision goes on
+            repeats += 1
             again = await self._plan(shard, capped_before=True)
 
     async def _plan(self, shard: str, *, capped_before: bool = False) -> bool:

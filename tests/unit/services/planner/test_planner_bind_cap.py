@@ -59,3 +59,22 @@ async def test_a_backlog_past_the_cap_is_planned_in_cycles_that_follow_each_othe
     assert (capped or 0) == len(plans) - 1
     await announce(planner, 1)  # the revision is planned: a repeat of its announcement plans nothing
     assert len(bus.binds) == len(plans)
+
+
+async def test_capped_cycles_whose_leases_do_not_hold_stop_after_a_bounded_number(monkeypatch):
+    """Leases that run out at once (SHOAL_INFLIGHT_TTL_S=0) would have every capped cycle plan the same pods: the
+    repeats after one announcement are bounded, and the next revision goes on."""
+    import services.planner.handlers as handlers
+
+    monkeypatch.setattr(handlers, "MAX_CAPPED_REPEATS", 3)
+    snapshots, leases, bus = Snapshots(), Leases(), Plans()
+    leases.add = _forget  # nothing is ever in flight
+    planner = Planner(shard_filter=frozenset(), snapshots=snapshots, fair_shares=NoFairShare(), inflight=leases,
+                      bus=bus, metrics=Metrics(), bind_cap=2)
+    snapshots.show(1, (QUEUE, NODE, *(obj for i in range(5) for obj in pending_pod(i))))
+    await announce(planner, 1)
+    assert len(bus.binds) == 4 and all(b == bus.binds[0] for b in bus.binds)
+
+
+async def _forget(shard, entries):
+    return None
