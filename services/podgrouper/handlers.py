@@ -123,11 +123,10 @@ class PodGrouper:
         """Handle the pod again when its deferral ends (or sooner, on news of it from the watch)."""
         if key not in self._deferred:
             # a pod followed since its PodGroup was made waits only for the scheduler's stamp
-            delay = self._stamp_wait_s() if key in self._unstamped else self.bare_annotate_delay_s
+            delay = self.bare_annotate_delay_s
+            if key in self._unstamped:
+                delay = min(self.stamp_check_delay_s, delay)
             self._deferred[key] = asyncio.get_running_loop().call_later(delay, self._deferral_ended, key)
-
-    def _stamp_wait_s(self) -> float:
-        return min(self.stamp_check_delay_s, self.bare_annotate_delay_s)
 
     def _cancel_deferral(self, key: str) -> None:
         handle = self._deferred.pop(key, None)

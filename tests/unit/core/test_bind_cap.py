@@ -3,6 +3,8 @@ once it has placed that many pods (a gang never below its minimum), and then end
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_properties_allocate import clusters as allocate_clusters
@@ -11,17 +13,11 @@ from test_properties_evictions import clusters as eviction_clusters
 
 from shoal.core.cycle import run_cycle, run_cycle_timed
 from shoal.core.model import make_snapshot
-from shoal.core.plan import Bind, Evict, Pipeline
+from shoal.core.plan import Bind, Evict, Pipeline, Plan
 
 
-def _job_sizes(snap) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for p in snap.pods:
-        sizes[p.pod_group] = sizes.get(p.pod_group, 0) + 1
-    return sizes
-
-
-def _check_capped_cycle(snap, cap: int) -> tuple[bool, list[Bind]]:
+def _check_capped_cycle(snap, cap: int) -> tuple[bool, Plan]:
+    """The capped cycle's plan, checked against the uncapped one; and whether the cap stopped it."""
     uncapped = run_cycle(snap)
     plan, timings = run_cycle_timed(snap, bind_cap=cap)
     capped = bool(timings.counters.get("allocate.capped"))
@@ -29,27 +25,24 @@ def _check_capped_cycle(snap, cap: int) -> tuple[bool, list[Bind]]:
     binds = plan.of(Bind)
     if not capped:  # the cap never stopped allocate: the very same cycle
         assert plan.plan_id == uncapped.plan_id
-        return False, binds
+        return False, plan
     # allocate stopped: what it placed (bound, or pipelined onto releasing room) is what the uncapped cycle
     # placed first, in the same order
     placements = [op for op in plan.ops if isinstance(op, Bind | Pipeline)]
     assert placements == [op for op in uncapped.ops if isinstance(op, Bind | Pipeline)][: len(placements)]
     assert len(binds) >= cap
-    last_job = binds[-1].pod_group.split("/")[-1]
-    assert len(binds) - cap < _job_sizes(snap)[last_job]  # only the last job's own pods go past the cap
+    bound_jobs = [b.pod_group.split("/")[-1] for b in binds]
+    sizes = Counter(p.pod_group for p in snap.pods)
+    assert len(binds) - cap < sizes[bound_jobs[-1]]  # only the last job's own pods go past the cap
     # a gang is never cut below its minimum: each job placed with at least min_member running or bound
-    running: dict[str, int] = {}
-    for p in snap.pods:
-        if p.node_name is not None and not p.deleting:
-            running[p.pod_group] = running.get(p.pod_group, 0) + 1
-    for b in binds:
-        running[b.pod_group.split("/")[-1]] = running.get(b.pod_group.split("/")[-1], 0) + 1
+    running = Counter(p.pod_group for p in snap.pods if p.node_name is not None and not p.deleting)
+    running.update(bound_jobs)
     minimum = {g.name: g.min_member for g in snap.pod_groups}
-    for job in {b.pod_group.split("/")[-1] for b in binds}:
+    for job in set(bound_jobs):
         assert running[job] >= minimum[job], job
     # and nothing of the actions after allocate: no job allocate never tried gets evictions for it
     assert not plan.of(Evict)
-    return True, binds
+    return True, plan
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -66,9 +59,9 @@ def test_capped_cycles_in_a_row_end_in_an_uncapped_one_and_never_evict_for_untri
     snap = make_snapshot(**spec)
     pending = sum(1 for p in snap.pods if p.node_name is None)
     for _ in range(pending + 1):
-        capped, _ = _check_capped_cycle(snap, cap)
+        capped, plan = _check_capped_cycle(snap, cap)
         if not capped:
             break
-        snap = apply(snap, run_cycle_timed(snap, bind_cap=cap)[0])
+        snap = apply(snap, plan)
     else:
         raise AssertionError("capped cycles never ended")

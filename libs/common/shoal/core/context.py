@@ -75,7 +75,7 @@ def queue_inputs(session: Session) -> list[QueueInput]:
 
 
 class Context:
-    def __init__(self, session: Session, fair: FairShareResult | None = None) -> None:
+    def __init__(self, session: Session, fair: FairShareResult | None = None, *, bind_cap: int = 0) -> None:
         self.session = session
         self.statement = Statement(session)
         self.nodes = NodeFilter(session)
@@ -92,7 +92,7 @@ class Context:
         self.moved: list[Change] = []  # consolidation's re-placements of the pods it moves (not in the plan)
         self.status_ops: list = []  # Annotate / PodGroupEvent ops from the eviction actions (core II)
         self.counters: dict[str, int] = {}  # e.g. victims simulated per action, budget stops (core II)
-        self.bind_cap = 0  # allocate places no further job once this many pods are placed (0: no cap)
+        self.bind_cap = bind_cap  # allocate places no further job once this many pods are placed (0: no cap)
         self.binds = 0  # pods placed by allocate this cycle
         self.capped = False  # allocate stopped at the cap: the cycle ends there, the next goes on
         self._victims: VictimPool | None = None

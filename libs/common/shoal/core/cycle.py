@@ -222,8 +222,7 @@ def _run(snapshot: Snapshot, timer: Callable[[], float] | None, eager_jobs: bool
     clock = timer if timer is not None else (lambda: 0.0)
     t0 = clock()
     session = Session(snapshot, eager_jobs=eager_jobs, kept=kept)
-    ctx = Context(session)
-    ctx.bind_cap = bind_cap
+    ctx = Context(session, bind_cap=bind_cap)
     t1 = clock()
     durations: dict[str, float] = {}
     for name in enabled_actions(snapshot):

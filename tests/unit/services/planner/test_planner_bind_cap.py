@@ -68,13 +68,13 @@ async def test_capped_cycles_whose_leases_do_not_hold_stop_after_a_bounded_numbe
 
     monkeypatch.setattr(handlers, "MAX_CAPPED_REPEATS", 3)
     snapshots, leases, bus = Snapshots(), Leases(), Plans()
-    leases.add = _forget  # nothing is ever in flight
+
+    async def forget(shard, entries):  # nothing is ever in flight
+        return None
+
+    leases.add = forget
     planner = Planner(shard_filter=frozenset(), snapshots=snapshots, fair_shares=NoFairShare(), inflight=leases,
                       bus=bus, metrics=Metrics(), bind_cap=2)
     snapshots.show(1, (QUEUE, NODE, *(obj for i in range(5) for obj in pending_pod(i))))
     await announce(planner, 1)
     assert len(bus.binds) == 4 and all(b == bus.binds[0] for b in bus.binds)
-
-
-async def _forget(shard, entries):
-    return None
