@@ -42,6 +42,7 @@ def build(settings: SnapshotterSettings) -> web.Application:
                 mirror=mirror, shards=shards, writer=SnapshotWriter(redis, retain_s=settings.redis.snapshot_retain_s),
                 inflight=InFlight(redis), bus=bus, metrics=metrics, debounce_s=settings.debounce_s,
                 max_delay_s=settings.max_delay_s, heartbeat_s=settings.heartbeat_s, base_every=settings.base_every,
+                sweep_s=settings.inflight_sweep_s,
                 topic_prefix=prefix, require_podgroup=settings.require_podgroup)
             app[MIRROR] = mirror
             readiness.add("synced", mirror.synced)

@@ -11,7 +11,10 @@ base) when its deltas add up to more than `base_every` or to half the base's byt
 
 Decisions in flight are read from Redis; entries the cluster now shows done (pod bound or gone) or that
 expired are removed here, right after the revision that shows them done is stored, so a planner that reads
-the in-flight hash before the latest snapshot never sees a pod as both unbound and not in flight.
+the in-flight hash before the latest snapshot never sees a pod as both unbound and not in flight. A revision
+reads only the entries of the pods that were bound, started deleting or went since the shard's last check (a
+lease is written before its plan is published, so before its pod can be bound); the whole hash is read at most
+every `sweep_s`, for entries that expired or whose pod settled before the entry was seen.
 """
 
 from __future__ import annotations
@@ -87,9 +90,12 @@ class Snapshotter:
     base_every: int = 500
     topic_prefix: str = ""
     require_podgroup: bool = False
+    sweep_s: float = 1.0
     dirty: asyncio.Event = field(default_factory=asyncio.Event)
     chains: dict[str, Chain] = field(default_factory=dict)
     announced: dict[str, float] = field(default_factory=dict)  # shard → monotonic time of its last revision
+    swept: dict[str, float] = field(default_factory=dict)  # shard → monotonic time its whole in-flight hash was read
+    touched: dict[str, set[str]] = field(default_factory=dict)  # swept shard → uids of pods settled since its check
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -101,6 +107,11 @@ class Snapshotter:
 
     def on_change(self, obj: dict, deleted: bool) -> None:
         """One watch event (the mirror's callback): translate it; wake the publisher if a model changed."""
+        if obj.get("kind") == "Pod" and (deleted or (obj.get("spec") or {}).get("nodeName")
+                                         or (obj.get("metadata") or {}).get("deletionTimestamp")):
+            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            for uids in self.touched.values():
+                uids.add(uid)
         if deleted:
             self.shards.remove(obj)
         else:
@@ -135,6 +146,9 @@ class Snapshotter:
         active = self.shards.active()
         for shard in set(self.announced) - set(active):
             del self.announced[shard]
+        for shard in set(self.touched) - set(active):
+            del self.touched[shard]
+            self.swept.pop(shard, None)
         last = min((self.announced.get(shard, float("-inf")) for shard in active), default=None)
         if last is None:
             return self.heartbeat_s
@@ -162,10 +176,10 @@ class Snapshotter:
 
     async def publish(self, shard: str) -> None:
         started = time.perf_counter()
-        entries = await self.inflight.all(shard)
+        entries, swept = await self._leases_to_check(shard)
         now_s = time.time()
         pods = self.mirror.objects.get("Pod", {})
-        done = {e.pod_uid for e in entries if settled(e, pods, now_s)}
+        done = {e.pod_uid or e.pod for e in entries if settled(e, pods, now_s)}
         changes = self.shards.take(shard)
         chain = self.chains.get(shard)
         taken_at = now_text()
@@ -205,8 +219,21 @@ class Snapshotter:
         self._size.labels(shard).set(model.size())
         self._build.labels(shard).observe(time.perf_counter() - started)
         log.info("snapshot_published", shard=shard, revision=chain.revision, kind=kind, bytes=written,
-                 objects=model.size(), pending=announced.pending_pods, inflight=len(entries) - len(done),
+                 objects=model.size(), pending=announced.pending_pods, checked=len(entries), swept=swept,
                  settled=len(done))
+
+    async def _leases_to_check(self, shard: str) -> tuple[list[InFlightBind], bool]:
+        """The in-flight entries this revision checks, and whether they are the whole hash: the entries of the
+        pods touched since the shard's last check, or every entry once `sweep_s` has passed."""
+        now = time.monotonic()
+        touched = self.touched.get(shard)
+        if touched is None or now - self.swept.get(shard, float("-inf")) >= self.sweep_s:
+            self.touched[shard] = set()  # from here on events are kept for the next check
+            self.swept[shard] = now
+            return await self.inflight.all(shard), True
+        self.touched[shard] = set()
+        found = await self.inflight.get_many(shard, sorted(u for u in touched if u))
+        return list(found.values()), False
 
     async def _base(self, shard: str, taken_at: str, follows: tuple[str, int, Changes] | None = None) -> Chain:
         """Store the whole model: as a checkpoint of this process's chain (`follows`: chain, its revision,

@@ -43,9 +43,15 @@ class Journal(list):
 class FakeInFlight:
     def __init__(self, journal: Journal, entries: list[InFlightBind]) -> None:
         self.journal, self.entries = journal, {e.pod_uid: e for e in entries}
+        self.reads: list[object] = []  # "all", or the uids asked for
 
     async def all(self, shard: str) -> list[InFlightBind]:
+        self.reads.append("all")
         return list(self.entries.values())
+
+    async def get_many(self, shard: str, uids: list[str]) -> dict[str, InFlightBind]:
+        self.reads.append(sorted(uids))
+        return {u: self.entries[u] for u in uids if u in self.entries}
 
     async def remove(self, shard: str, uids: set[str]) -> int:
         self.journal.append(("remove", sorted(uids)))
@@ -106,6 +112,69 @@ async def test_settled_entries_are_removed_after_the_revision_is_stored() -> Non
     assert kinds.index("base") < kinds.index("remove") < kinds.index("announce")
     assert journal[kinds.index("remove")][1] == ["u-bound", "u-gone"]
     assert set(inflight.entries) == {"u-waiting"}
+
+
+async def test_between_sweeps_only_the_leases_of_pods_that_settled_are_read() -> None:
+    """After the first revision reads the whole hash, a revision reads the leases of the pods bound, deleting
+    or gone since, and still removes them only after it is stored; a lease its pod settled before it was seen
+    (no event to point at it) and one that expired wait for the next whole read, `sweep_s` later."""
+    journal = Journal()
+    snap, inflight = snapshotter(journal)
+    snap.sweep_s = 3600.0
+    await snap.publish("p")
+    assert inflight.reads == ["all"] and set(inflight.entries) == {"u-waiting"}
+    inflight.entries.update({"u-early": entry("u-early"), "u-old": entry("u-old", expires_in_s=-1),
+                             "u-victim": entry("u-victim")})
+    inflight.entries["u-victim"] = InFlightBind(pod="ns/victim", pod_uid="u-victim", node="n1", plan_id="p1",
+                                                expires_at=time.time() + 60, eviction=True)
+    for obj in (pod("early", "u-early", "n1"), pod("victim", "u-victim", "n1")):
+        snap.mirror.objects["Pod"][obj["metadata"]["uid"]] = obj
+    snap.on_change(pod("other", "u-other"), False)  # pending: nothing to check
+    journal.clear()
+    await snap.publish("p")
+    assert inflight.reads[-1] == [] and len(inflight.entries) == 4
+
+    bound = pod("waiting", "u-waiting", "n1")
+    snap.mirror.objects["Pod"]["u-waiting"] = bound
+    snap.on_change(bound, False)
+    deleting = pod("victim", "u-victim", "n1")
+    deleting["metadata"]["deletionTimestamp"] = NOW
+    snap.mirror.objects["Pod"]["u-victim"] = deleting
+    snap.on_change(deleting, False)
+    journal.clear()
+    await snap.publish("p")
+    assert inflight.reads[-1] == ["u-victim", "u-waiting"]
+    kinds = [step[0] for step in journal]
+    assert kinds.index("delta") < kinds.index("remove") < kinds.index("announce")
+    assert journal[kinds.index("remove")][1] == ["u-victim", "u-waiting"]
+    assert set(inflight.entries) == {"u-early", "u-old"}
+
+    snap.sweep_s = 0.0
+    await snap.publish("p")
+    assert inflight.reads[-1] == "all" and inflight.entries == {}
+
+
+async def test_a_failed_revision_leaves_its_leases_to_the_next_sweep() -> None:
+    journal = Journal()
+    snap, inflight = snapshotter(journal)
+    snap.sweep_s = 3600.0
+    await snap.publish("p")
+    bound = pod("waiting", "u-waiting", "n1")
+    snap.mirror.objects["Pod"]["u-waiting"] = bound
+    snap.on_change(bound, False)
+
+    async def refuse(*args: object, **kwargs: object) -> None:
+        raise TransientError("redis down")
+
+    snap.writer.publish_delta = refuse  # type: ignore[method-assign]
+    with pytest.raises(TransientError):
+        await snap.publish("p")
+    assert "u-waiting" in inflight.entries
+    snap.writer = FakeWriter(journal)
+    snap.writer.latest = 1
+    snap.sweep_s = 0.0
+    await snap.publish("p")
+    assert inflight.reads[-1] == "all" and "u-waiting" not in inflight.entries
 
 
 async def test_nothing_is_removed_when_the_revision_is_not_stored() -> None:
