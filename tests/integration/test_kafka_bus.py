@@ -450,3 +450,42 @@ async def test_thousands_of_gathered_publishes_wait_for_room_in_the_producers_bu
                                     dlq=bus)):
             await until(lambda: len(got) == n)
     assert [m.seq for m, _ in got] == list(range(n))
+
+
+async def test_a_publisher_that_lingers_sends_messages_published_apart_in_few_produce_requests(
+        kafka: KafkaSettings, topic_prefix: str, group: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The binder publishes a result and a decision or two as each bind lands, a few ms apart: without a linger
+    nearly each went out as a produce request of its own. With one, those published within it share a request,
+    and every message still arrives, in order."""
+    from aiokafka.producer.sender import Sender
+
+    requests = [0]
+    send = Sender._send_produce_req
+
+    def counted(self: Sender, *args: Any, **kwargs: Any) -> Any:
+        requests[0] += 1
+        return send(self, *args, **kwargs)
+
+    monkeypatch.setattr(Sender, "_send_produce_req", counted)
+    topic = f"{topic_prefix}lingering.v1"
+    await ensure_topics(kafka, [topic])
+
+    async def publish_apart(bus: Publisher, first: int) -> None:
+        sends = []
+        for i in range(first, first + 20):
+            sends.append(asyncio.ensure_future(bus.publish(topic, Ping(id=f"m{i}", seq=i), key="pool-a")))
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*sends)
+
+    async with Publisher(kafka) as bus:
+        await publish_apart(bus, 0)
+    at_once = requests[0]
+    requests[0] = 0
+    async with Publisher(kafka, linger_ms=1000) as bus:
+        await publish_apart(bus, 20)
+    assert requests[0] <= 2 < at_once, (requests[0], at_once)  # 20 messages 5 ms apart: all within 1 s
+    got: list[tuple[Any, Delivery]] = []
+    async with Publisher(kafka) as dlq, running(Consumer(kafka, [topic], group_id=group, message_type=Message,
+                                                        handler=collector(got), dlq=dlq)):
+        await until(lambda: len(got) == 40)
+    assert [m.seq for m, _ in got] == list(range(40))
