@@ -66,6 +66,8 @@ class Planner:
     idle_cycle_s: float = 1.0  # with nothing left to place after an empty plan, a cycle at most this often
     bind_cap: int = 20_000  # a cycle places no further job past this many pods (0: no cap; `run_cycle_timed`)
     _idle: dict[str, float] = field(default_factory=dict)  # shard → when its last plan, an empty one, was made
+    # shard → the binds in flight last read, and until when all of them hold (`_idle_by_leases_read`)
+    _binds_read: dict[str, tuple[dict, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         m = self.metrics
@@ -97,15 +99,18 @@ class Planner:
     async def _plan(self, shard: str, *, capped_before: bool = False) -> bool:
         """One cycle on the shard's newest snapshot; True when it stopped at `bind_cap` with jobs left."""
         started = time.perf_counter()
+        if not capped_before and await self._idle_by_leases_read(shard):
+            return False
         inflight = await self.inflight.all(shard)  # before the snapshot, never after
         latest = await self.snapshots.read(shard)
         if latest is None or (not capped_before and self.progress.handled(shard, latest.revision, latest.chain)):
             return False
         now_s = time.time()
         binds = inflight_binds(inflight, now_s)
+        self._binds_read[shard] = (binds, min((e.expires_at for e in inflight if e.expires_at > now_s
+                                               and not e.eviction), default=float("inf")))
         if not capped_before and self._idle_now(shard, latest, binds):
-            self.progress.mark(shard, latest.revision, latest.chain)
-            self._skipped.labels(shard).inc()
+            self._skip(shard, latest)
             return False
         usage = await self.inputs.usage_at(shard, latest.taken_at)
         result = assemble(latest.model, now=latest.taken_at, revision=latest.revision,
@@ -154,6 +159,27 @@ class Planner:
         if capped:
             self._capped.labels(shard).inc()
         return capped
+
+    async def _idle_by_leases_read(self, shard: str) -> bool:
+        """True when the newest revision was left unplanned (or planned already) with no read of the leases: the
+        shard is idle (`_idle_now`) by the binds in flight read last. They are read again for the cycle due every
+        `idle_cycle_s` and whenever a pending pod has none of them; a lease the binder dropped since (its bind
+        failed) is seen by that cycle at the latest. In a backlog's drain, after its binds went out, each
+        revision read thousands of leases only to find nothing to do. Nothing is planned on these binds."""
+        seen = self._binds_read.get(shard)
+        if seen is None or time.time() >= seen[1] or shard not in self._idle:
+            return False
+        latest = await self.snapshots.read(shard)
+        if latest is None or self.progress.handled(shard, latest.revision, latest.chain):
+            return True
+        if not self._idle_now(shard, latest, seen[0]):
+            return False
+        self._skip(shard, latest)
+        return True
+
+    def _skip(self, shard: str, latest: Current) -> None:
+        self.progress.mark(shard, latest.revision, latest.chain)
+        self._skipped.labels(shard).inc()
 
     def _idle_now(self, shard: str, latest: Current, binds: dict) -> bool:
         """True when this revision's cycle may be left out: the shard's last plan was empty, no more than

@@ -1,12 +1,14 @@
 """While a backlog's binds land, every revision shows one more pod bound and nothing left to place: after an empty
 plan, such a revision is planned at most once per `idle_cycle_s` (5,000 pods: 507 cycles, most of them empty,
-each laying thousands of leases over the model). A pod that arrives is planned at once."""
+each laying thousands of leases over the model). A pod that arrives is planned at once. Such a revision is
+left unplanned by the leases read last, without reading them again (each read was thousands of leases)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+import msgspec
 import pytest
 
 from services.planner.handlers import Planner
@@ -35,8 +37,10 @@ class Snapshots:
 class Leases:
     def __init__(self) -> None:
         self.entries: list[InFlightBind] = []
+        self.reads = 0
 
     async def all(self, shard):
+        self.reads += 1
         return list(self.entries)
 
     async def add(self, shard, entries):
@@ -97,3 +101,38 @@ async def test_the_next_revision_is_planned(idle_cycle_s, first, second):
     snapshots.show(2, second)
     await announce(planner, 2)
     assert plans.revisions == [1, 2]
+
+
+async def test_while_idle_revisions_are_left_by_the_leases_read_last_until_the_idle_cycle():
+    planner, snapshots, leases, plans = make(idle_cycle_s=0.5)
+    leases.entries = leased("u1")
+    snapshots.show(1, (QUEUE, *pending_pod(1)))
+    await announce(planner, 1)  # p1's bind in flight, but no empty plan yet: planned, empty
+    assert plans.revisions == [1] and leases.reads == 1
+    leases.entries = []  # p1's bind failed: the binder dropped its lease
+    for revision in (2, 3, 4):
+        snapshots.show(revision, (QUEUE, *pending_pod(1)))
+        await announce(planner, revision)
+    assert plans.revisions == [1] and leases.reads == 1 and planner.progress.revisions == {"default": 4}
+    await asyncio.sleep(0.55)
+    snapshots.show(5, (QUEUE, *pending_pod(1)))
+    await announce(planner, 5)  # the idle cycle: leases read, p1 planned again
+    assert plans.revisions == [1, 5] and leases.reads == 2
+
+
+@pytest.mark.parametrize("change", ["a-pod-arrives", "the-lease-ran-out"])
+async def test_leases_are_read_again_when_the_ones_read_last_do_not_cover_the_revision(change):
+    planner, snapshots, leases, plans = make(idle_cycle_s=60)
+    leases.entries = leased("u1")
+    if change == "the-lease-ran-out":
+        leases.entries = [msgspec.structs.replace(leases.entries[0], expires_at=time.time() + 0.3)]
+    snapshots.show(1, (QUEUE, *pending_pod(1)))
+    await announce(planner, 1)
+    assert leases.reads == 1
+    if change == "a-pod-arrives":
+        snapshots.show(2, (QUEUE, *pending_pod(1), *pending_pod(2)))
+    else:
+        await asyncio.sleep(0.35)
+        snapshots.show(2, (QUEUE, *pending_pod(1)))
+    await announce(planner, 2)
+    assert leases.reads == 2 and plans.revisions == [1, 2]
