@@ -1,5 +1,5 @@
 """`shoal bench e2e`, correctness only, at tiny sizes: every phase (backlog for each scheduler, the bind ceiling,
-steady arrival for each scheduler) binds every pod and reports its figures, and nothing is left behind
+the KAI-writes ceiling, steady arrival for each scheduler) binds every pod and reports its figures, and nothing is left behind
 (namespaces, queues, nodes, processes). No timing is asserted."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ async def test_tiny_e2e_benchmark_binds_every_pod_in_every_phase_and_leaves_noth
 
     kinds = [(r["kind"], r["scheduler"]) for r in result["records"]]
     assert sorted(kinds) == sorted([("backlog", s) for s in SCHEDULERS] + [("bind-ceiling", "apiserver-bind")]
-                                   + [("steady", s) for s in SCHEDULERS])
+                                   + [("kai-writes", "apiserver-kai-writes")] + [("steady", s) for s in SCHEDULERS])
     for record in result["records"]:
         expected = BACKLOG if record["kind"] != "steady" else RATE * DURATION_S
         assert record["pods"] == expected and record["bound"] == expected, record
@@ -40,7 +40,7 @@ async def test_tiny_e2e_benchmark_binds_every_pod_in_every_phase_and_leaves_noth
             assert {f"shoal-{s}" for s in SHOAL_SERVICES} <= set(record["cpu_s"])
             # every pod's PodGroup exists before the phase is measured (a bare pod's may follow its bind)
             assert record["figures"]["groups_settled_s"] >= 0, record
-        elif record["kind"] != "bind-ceiling":
+        elif record["kind"] not in ("bind-ceiling", "kai-writes"):
             assert record["scheduler"] in record["cpu_s"]
     backlog = {r["scheduler"]: r["figures"] for r in result["records"] if r["kind"] == "backlog"}
     assert all(f["startup_s"] > 0 and f["drain_from_launch_pods_per_s"] > 0 for f in backlog.values())

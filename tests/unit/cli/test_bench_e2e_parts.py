@@ -22,7 +22,7 @@ from shoal.devstack.bench_stats import (
     table,
 )
 from shoal.devstack.bench_watcher import BoundLog
-from shoal.devstack.benche2e import BIND_CEILING, plan
+from shoal.devstack.benche2e import BIND_CEILING, KAI_CEILING, plan
 
 
 def test_percentile_is_nearest_rank_and_zero_for_no_values():
@@ -71,11 +71,11 @@ def test_the_run_plan_alternates_backlog_and_steady_phases_with_the_bind_ceiling
     phases = plan(["shoal", "kube-scheduler"], [10, 50], repeat=2)
     first = [(kind, s, r) for rep, kind, s, r in phases if rep == 0]
     assert first == [("backlog", "shoal", 0.0), ("backlog", "kube-scheduler", 0.0), ("bind-ceiling", BIND_CEILING, 0.0),
-                     ("steady", "shoal", 10.0), ("steady", "kube-scheduler", 10.0),
+                     ("kai-writes", KAI_CEILING, 0.0), ("steady", "shoal", 10.0), ("steady", "kube-scheduler", 10.0),
                      ("steady", "shoal", 50.0), ("steady", "kube-scheduler", 50.0)]
     second = [s for rep, kind, s, _ in phases if rep == 1 and kind == "steady"]
     assert second[:2] == ["kube-scheduler", "shoal"]
-    assert not [p for p in plan(["shoal"], [5], 1, bind_ceiling=False) if p[1] == "bind-ceiling"]
+    assert not [p for p in plan(["shoal"], [5], 1, bind_ceiling=False) if p[1] in ("bind-ceiling", "kai-writes")]
 
 
 def test_the_mix_has_gangs_whole_gpus_and_fractions_and_a_cut_short_gang_keeps_its_real_size():
@@ -169,3 +169,51 @@ def test_summary_takes_medians_per_phase_and_the_table_shows_them():
     text = table(result)
     assert "steady" in text and "shoal" in text and "20.0" in text and "cpu s steady shoal @10.0: x=2.0" in text
     assert "backlog" not in text.split("\n", 1)[1]  # no backlog block without backlog rows
+
+
+def test_the_kai_writes_ceiling_makes_per_pod_the_writes_kais_model_asks_of_a_scheduler():
+    from shoal.devstack.bench_kai_writes import pod_writes, reservation_writes, stamp_write
+
+    def shape(writes):
+        return [(w.verb, w.resource.plural, w.subresource) for w in writes]
+
+    gang, whole, fraction = (next(p for p in pod_mix(10, "w") if p.kind == kind)
+                             for kind in ("gang", "whole", "fraction"))
+    tail = [("create", "pods", "binding"), ("create", "events", None)]
+    assert shape(pod_writes(gang, "ns", node="n1", uid="u", gpu_group=None)) == tail  # its PodGroup exists
+    own_group = pod_writes(whole, "ns", node="n1", uid="u", gpu_group=None)
+    assert shape(own_group) == [("create", "podgroups", None), *tail]
+    assert own_group[0].body["metadata"]["ownerReferences"][0]["uid"] == "u"  # the podgrouper's, owned by its pod
+    assert own_group[1].body["target"]["name"] == "n1"
+    assert shape(pod_writes(fraction, "ns", node="n1", uid="u", gpu_group="g0")) == [
+        ("create", "podgroups", None), ("create", "configmaps", None), ("create", "configmaps", None),
+        ("patch", "pods", None), *tail]
+    assert shape(reservation_writes("n1", "g0")) == [("create", "pods", None), ("patch", "pods", None)]
+    assert reservation_writes("n1", "g0")[0].body["spec"]["nodeName"] == "n1"
+    assert shape([stamp_write("ns", "w-g0")]) == [("patch", "podgroups", None)]
+
+
+async def test_the_kai_writer_reserves_each_shared_gpu_once_for_its_two_halves_and_stamps_each_gang_once():
+    from shoal.devstack.bench_kai_writes import KaiWriter
+
+    sent: list[tuple[str, str, str | None]] = []
+
+    class Kube:
+        async def create(self, resource, body, *, namespace=None, name=None, subresource=None, answer=True):
+            assert (name is None) == (subresource is None)  # a name makes the path a subresource's
+            sent.append(("create", resource.plural, subresource))
+
+        async def patch(self, resource, name, body, *, namespace=None, answer=True):
+            sent.append(("patch", resource.plural, name))
+
+    plans = pod_mix(20, "w")
+    posted: list[float] = []
+    writer = KaiWriter(Kube(), "ns", ["n0", "n1"], {p.name: f"u-{p.name}" for p in plans}, posted)  # type: ignore[arg-type]
+    for job in writer.jobs(plans):
+        await job()
+    counts = Counter((verb, plural) for verb, plural, _ in sent)
+    assert len(posted) == 20 and counts[("create", "events")] == 20
+    assert counts[("create", "podgroups")] == 12  # the bare pods' (6 per 10)
+    assert counts[("create", "configmaps")] == 12 and counts[("patch", "pods")] == 6 + 3  # 6 fractions, 3 GPU ids
+    assert sum(1 for verb, plural, sub in sent if (verb, plural, sub) == ("create", "pods", None)) == 3  # 3 GPUs
+    assert sorted(name for verb, plural, name in sent if plural == "podgroups" and verb == "patch") == ["w-g0", "w-g1"]

@@ -163,7 +163,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--schedulers", default="shoal,kube-scheduler,kube-scheduler-qps5000",
                         help="e2e: which schedulers to compare, comma-separated")
     parser.add_argument("--timeout", type=float, default=300.0, help="e2e: seconds a phase may wait for binds")
-    parser.add_argument("--no-bind-ceiling", action="store_true", help="e2e: skip the apiserver bind-limit phase")
+    parser.add_argument("--no-bind-ceiling", action="store_true", help="e2e: skip the apiserver's limit phases (bindings alone; KAI's writes)")
     parser.add_argument(
         "--sizes",
         default="100,1000,4000",

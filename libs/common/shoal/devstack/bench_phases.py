@@ -4,7 +4,8 @@ in a node pool of its own, and a watcher process; all of it deleted (and waited 
 - `backlog`: the pods exist before the scheduler starts; the clock starts at its launch;
 - `steady`: the scheduler is up; pods arrive open loop at a fixed rate (each create at its own time, never
   waiting for earlier ones);
-- `bind-ceiling`: nobody schedules; pods exist, then the benchmark posts their bindings itself, 64 in flight.
+- `bind-ceiling`: nobody schedules; pods exist, then the benchmark posts their bindings itself, 64 in flight;
+- `kai-writes`: the same, with every write KAI's model asks of a scheduler per pod (`bench_kai_writes`).
 
 Each returns one record: kind, scheduler, repetition, position, pods, bound, figures, cpu_s, load average.
 """
@@ -24,6 +25,7 @@ from shoal.adapters import kube as k
 from shoal.core.fields import value_at
 from shoal.core.model import DEFAULT_RESERVATION_NAMESPACE
 from shoal.devstack import bench_contenders as contenders
+from shoal.devstack.bench_kai_writes import KaiWriter
 from shoal.devstack.bench_pods import (
     BENCH_LABEL,
     Flavour,
@@ -256,26 +258,53 @@ async def backlog(bench: Bench, scheduler: str, pods: int) -> dict[str, Any]:
 
 async def bind_ceiling(bench: Bench, pods: int) -> dict[str, Any]:
     """The apiserver's own bind rate: pods exist, then their bindings are posted BIND_PARALLEL at a time."""
-    plans = pod_mix(pods, "c")
+    def jobs(arena: Arena, plans: list[PodPlan], posted: list[float]) -> list[Callable[[], Awaitable[None]]]:
+        def poster(i: int, plan: PodPlan) -> Callable[[], Awaitable[None]]:
+            async def post() -> None:
+                sent = time.monotonic()
+                await bench.kube.create(k.PODS, binding(arena.namespace, plan.name, arena.nodes[i % len(arena.nodes)]),
+                                        namespace=arena.namespace, name=plan.name, subresource="binding")
+                posted.append(time.monotonic() - sent)
+
+            return post
+
+        return [poster(i, p) for i, p in enumerate(plans)]
+
+    return await _ceiling(bench, pod_mix(pods, "c"), "bind-ceiling", "apiserver-bind", jobs)
+
+
+async def kai_writes_ceiling(bench: Bench, pods: int) -> dict[str, Any]:
+    """The apiserver's rate for a KAI-compatible scheduler: pods (and the gangs' PodGroups) exist, then the
+    benchmark makes each pod's writes (`bench_kai_writes`), BIND_PARALLEL pods at a time; a post is one pod's
+    writes up to its binding."""
+    def jobs(arena: Arena, plans: list[PodPlan], posted: list[float]) -> list[Callable[[], Awaitable[None]]]:
+        writer = KaiWriter(bench.kube, arena.namespace, arena.nodes, uids, posted)
+        return writer.jobs(plans)
+
+    plans = pod_mix(pods, "w")
+    uids: dict[str, str] = {}
+    return await _ceiling(bench, plans, "kai-writes", "apiserver-kai-writes", jobs, groups=True, uids=uids)
+
+
+async def _ceiling(bench: Bench, plans: list[PodPlan], kind: str, name: str,
+                   jobs: Callable[[Arena, list[PodPlan], list[float]], list[Callable[[], Awaitable[None]]]], *,
+                   groups: bool = False, uids: dict[str, str] | None = None) -> dict[str, Any]:
+    """Pods made unscheduled (the gangs' PodGroups first with `groups`; their uids read into `uids`), then
+    `jobs` run BIND_PARALLEL at a time, each adding to `posted` the seconds it took up to its binding."""
     arena = await open_arena(bench, plans)
     try:
+        if groups:
+            await create_groups(bench, arena, plans)
         await create_pods(bench, arena, plans, "unscheduled")
+        if uids is not None:
+            items, _ = await bench.kube.list(k.PODS, namespace=arena.namespace)
+            uids.update({item["metadata"]["name"]: item["metadata"]["uid"] for item in items})
         watcher = Watcher(bench, arena)
         async with watcher as log:
             meter = Meter(bench)
             posted: list[float] = []
             began = time.monotonic()
-
-            def poster(i: int, plan: PodPlan) -> Callable[[], Awaitable[None]]:
-                async def post() -> None:
-                    sent = time.monotonic()
-                    await bench.kube.create(k.PODS, binding(arena.namespace, plan.name, arena.nodes[i % len(arena.nodes)]),
-                                            namespace=arena.namespace, name=plan.name, subresource="binding")
-                    posted.append(time.monotonic() - sent)
-
-                return post
-
-            await gather_bounded(BIND_PARALLEL, [poster(i, p) for i, p in enumerate(plans)])
+            await gather_bounded(BIND_PARALLEL, jobs(arena, plans, posted))
             answered = time.monotonic()
             await log.wait_for({p.name for p in plans}, bench.timeout_s)
             measured = meter.end(watcher.pid)
@@ -284,8 +313,7 @@ async def bind_ceiling(bench: Bench, pods: int) -> dict[str, Any]:
                    "seen_pods_per_s": rate(len(log.bound), seen - began),
                    "post_p50_ms": latency_figures([s * 1000 for s in posted])["p50_ms"],
                    "post_p99_ms": latency_figures([s * 1000 for s in posted])["p99_ms"]}
-        return _record("bind-ceiling", "apiserver-bind", arena, plans, log.bound, figures, measured,
-                       in_flight=BIND_PARALLEL)
+        return _record(kind, name, arena, plans, log.bound, figures, measured, in_flight=BIND_PARALLEL)
     finally:
         await close_arena(bench, arena)
 

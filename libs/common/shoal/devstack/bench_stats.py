@@ -107,6 +107,7 @@ COLUMNS = {
     "backlog": ("startup_s", "first_bound_s", "last_bound_s", "drain_from_launch_pods_per_s",
                 "drain_bound_pods_per_s", "p50_ms", "p99_ms"),
     "bind-ceiling": ("post_pods_per_s", "seen_pods_per_s", "post_p50_ms", "post_p99_ms"),
+    "kai-writes": ("post_pods_per_s", "seen_pods_per_s", "post_p50_ms", "post_p99_ms"),
     "steady": ("achieved_rate", "p50_ms", "p90_ms", "p99_ms", "max_ms", "ready_p50_ms", "ready_p99_ms",
                "whole_p50_ms", "whole_p99_ms", "fraction_p99_ms", "gang_p99_ms"),
 }

@@ -5,6 +5,9 @@ Per repetition, in an order that alternates between repetitions (bench_stats.alt
   kube-scheduler with 5000/5000 client limits): a mix of gangs, whole GPUs and fractions made while it is
   stopped, then it starts; launch → ready, launch → last bound and first → last bound drain rates;
 - `bind-ceiling`: the same pods bound by the benchmark itself, 64 bindings in flight: the apiserver's limit;
+- `kai-writes`: the same pods given by the benchmark itself every write KAI's model asks of a scheduler (their
+  PodGroups, reservation pods, GPU ConfigMaps, pod patches, bindings, events; bench_kai_writes), 64 pods in
+  flight: the apiserver's limit for any KAI-compatible scheduler;
 - `steady` for each rate and scheduler: pods arriving open loop; create → bound p50/p90/p99.
 Every phase has its own namespace, queue, fake nodes, scheduler processes and watcher process, and leaves
 none of them behind. Records carry CPU seconds per component and the load average; the summary is medians.
@@ -28,19 +31,21 @@ from shoal.devstack.bench_contenders import SCHEDULERS, SHOAL_SERVICES
 from shoal.devstack.bench_stats import alternate, summarise, table
 
 BIND_CEILING = "apiserver-bind"
-__all__ = ["BIND_CEILING", "SCHEDULERS", "SHOAL_SERVICES", "run", "table"]
+KAI_CEILING = "apiserver-kai-writes"
+CEILINGS = {BIND_CEILING: "bind-ceiling", KAI_CEILING: "kai-writes"}  # contender → its phase's kind
+__all__ = ["BIND_CEILING", "CEILINGS", "KAI_CEILING", "SCHEDULERS", "SHOAL_SERVICES", "run", "table"]
 
 
 def plan(schedulers: Sequence[str], rates: Sequence[float], repeat: int,
          bind_ceiling: bool = True) -> list[tuple[int, str, str, float]]:
     """Every phase of a run in order: (repetition, kind, scheduler, rate); pure."""
     out: list[tuple[int, str, str, float]] = []
-    contenders = [*schedulers, BIND_CEILING] if bind_ceiling else list(schedulers)
+    contenders = [*schedulers, *CEILINGS] if bind_ceiling else list(schedulers)
     for rep in range(repeat):
         order = alternate(contenders, rep)
-        out += [(rep, "bind-ceiling" if s == BIND_CEILING else "backlog", s, 0.0) for s in order]
+        out += [(rep, CEILINGS.get(s, "backlog"), s, 0.0) for s in order]
         for pods_per_s in rates:
-            out += [(rep, "steady", s, float(pods_per_s)) for s in order if s != BIND_CEILING]
+            out += [(rep, "steady", s, float(pods_per_s)) for s in order if s not in CEILINGS]
     return out
 
 
@@ -72,6 +77,8 @@ async def run(info: Any, *, pods: int = 1000, rates: Sequence[float] = (10, 50),
         for rep, kind, scheduler, pods_per_s in plan(schedulers, rates, repeat, bind_ceiling):
             if kind == "bind-ceiling":
                 record = await phases.bind_ceiling(bench, pods)
+            elif kind == "kai-writes":
+                record = await phases.kai_writes_ceiling(bench, pods)
             elif kind == "backlog":
                 record = await phases.backlog(bench, scheduler, pods)
             else:
