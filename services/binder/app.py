@@ -52,8 +52,7 @@ def build(settings: BinderSettings) -> web.Application:
         return service.start_plan
 
     app = consumer_app("binder", settings, topics.PLANS, PlanIssued, binder, group_id=settings.group_id,
-                       pipeline=settings.pipeline, contexts=[kube_client],
-                       linger_ms=settings.publish_linger_ms)
+                       pipeline=settings.pipeline, contexts=[kube_client])
     async def reservation_watch(app: web.Application) -> None:
         watch = app[BINDER].reservations
         assert watch is not None  # the binder is always made with its watch here

@@ -27,7 +27,3 @@ class BinderSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     parallel: Annotated[int, doc("API calls in flight per plan phase (binds, evictions, status writes)")] = 64
     # binds of the next plan while the rest of the last one is under way
     pipeline: Annotated[PositiveInt, doc("plans per shard under way at once")] = 32
-    # a BindResult and one or two decisions per bind, sent as each bind lands: without a linger nearly every one
-    # was a produce request of its own (py-spy, 5,000-pod backlog: 16 % of the binder's samples in those sends)
-    publish_linger_ms: Annotated[int, Meta(ge=0), doc("bind results and decisions are held this long to go out "
-                                                       "together (0: each at once)")] = 10

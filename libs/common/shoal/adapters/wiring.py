@@ -33,16 +33,13 @@ Handler = Callable[[Any, Delivery], Awaitable[Any]]
 
 
 @contextlib.asynccontextmanager
-async def bus_and_redis(settings: ServiceSettings, readiness: Readiness, *, linger_ms: int = 0
-                        ) -> AsyncIterator[tuple[Redis, Publisher]]:
-    """`linger_ms`: how long the publisher holds a batch for more messages (0: sent at once; for a service whose
-    messages nobody waits on one by one, a few ms turn many small produce requests into one)."""
+async def bus_and_redis(settings: ServiceSettings, readiness: Readiness) -> AsyncIterator[tuple[Redis, Publisher]]:
     await ensure_topics(settings.kafka, [t.full(settings.topic_prefix) for t in topics.ALL],
                         partitions=topics.SNAPSHOTS.partitions)
     redis = connect_redis(settings.redis)
     readiness.add("redis", lambda: redis_ready(redis))
     try:
-        async with Publisher(settings.kafka, linger_ms=linger_ms) as bus:
+        async with Publisher(settings.kafka) as bus:
             readiness.add("kafka", bus.ready)
             yield redis, bus
     finally:
@@ -62,18 +59,17 @@ class Ports:
 
 def consumer_app(name: str, settings: ServiceSettings, topic: topics.Topic, message_type: Any,
                  handler: Callable[[Ports], Handler], *, group_id: str, pipeline: int = 1,
-                 contexts: Sequence[Callable[[web.Application], AsyncIterator[None]]] = (),
-                 linger_ms: int = 0) -> web.Application:
+                 contexts: Sequence[Callable[[web.Application], AsyncIterator[None]]] = ()) -> web.Application:
     """A service that consumes `topic` in consumer group `group_id` (both after the service's topic prefix): health and metrics
     over HTTP, `contexts` set up first (e.g. a Kubernetes client) and closed last, then Redis and the publisher,
     then the consumer, ready once every one of them is; its loop runs in the background as `name`. The caller
-    adds its own background tasks to the returned app. `linger_ms`: the publisher's (`bus_and_redis`)."""
+    adds its own background tasks to the returned app."""
     metrics, readiness = Metrics(), Readiness()
     app = build_app(metrics=metrics, readiness=readiness)
     prefix = settings.topic_prefix
 
     async def wiring(app: web.Application) -> AsyncIterator[None]:
-        async with bus_and_redis(settings, readiness, linger_ms=linger_ms) as (redis, bus):
+        async with bus_and_redis(settings, readiness) as (redis, bus):
             consumer = Consumer(settings.kafka, [topic.full(prefix)], group_id=prefix + group_id,
                                 message_type=message_type, handler=handler(Ports(app, redis, bus, metrics)),
                                 pipeline=pipeline, metrics=metrics)
