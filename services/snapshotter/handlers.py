@@ -179,7 +179,7 @@ class Snapshotter:
         entries, swept = await self._leases_to_check(shard)
         now_s = time.time()
         pods = self.mirror.objects.get("Pod", {})
-        done = {e.pod_uid or e.pod for e in entries if settled(e, pods, now_s)}
+        done = {e.pod_uid for e in entries if settled(e, pods, now_s)}
         changes = self.shards.take(shard)
         chain = self.chains.get(shard)
         taken_at = now_text()
