@@ -75,6 +75,10 @@ class Arena:
     nodes: list[str]
 
 
+# a ceiling's work: given its arena, pods, their uids and where each job adds its seconds up to its binding
+Jobs = Callable[[Arena, list[PodPlan], dict[str, str], list[float]], list[Callable[[], Awaitable[None]]]]
+
+
 async def gather_bounded(limit: int, jobs: Iterable[Callable[[], Awaitable[Any]]]) -> list[Any]:
     gate = asyncio.Semaphore(limit)
 
@@ -258,7 +262,8 @@ async def backlog(bench: Bench, scheduler: str, pods: int) -> dict[str, Any]:
 
 async def bind_ceiling(bench: Bench, pods: int) -> dict[str, Any]:
     """The apiserver's own bind rate: pods exist, then their bindings are posted BIND_PARALLEL at a time."""
-    def jobs(arena: Arena, plans: list[PodPlan], posted: list[float]) -> list[Callable[[], Awaitable[None]]]:
+    def jobs(arena: Arena, plans: list[PodPlan], uids: dict[str, str],
+             posted: list[float]) -> list[Callable[[], Awaitable[None]]]:
         def poster(i: int, plan: PodPlan) -> Callable[[], Awaitable[None]]:
             async def post() -> None:
                 sent = time.monotonic()
@@ -277,34 +282,30 @@ async def kai_writes_ceiling(bench: Bench, pods: int) -> dict[str, Any]:
     """The apiserver's rate for a KAI-compatible scheduler: pods (and the gangs' PodGroups) exist, then the
     benchmark makes each pod's writes (`bench_kai_writes`), BIND_PARALLEL pods at a time; a post is one pod's
     writes up to its binding."""
-    def jobs(arena: Arena, plans: list[PodPlan], posted: list[float]) -> list[Callable[[], Awaitable[None]]]:
-        writer = KaiWriter(bench.kube, arena.namespace, arena.nodes, uids, posted)
-        return writer.jobs(plans)
+    def jobs(arena: Arena, plans: list[PodPlan], uids: dict[str, str],
+             posted: list[float]) -> list[Callable[[], Awaitable[None]]]:
+        return KaiWriter(bench.kube, arena.namespace, arena.nodes, uids, posted).jobs(plans)
 
-    plans = pod_mix(pods, "w")
-    uids: dict[str, str] = {}
-    return await _ceiling(bench, plans, "kai-writes", "apiserver-kai-writes", jobs, groups=True, uids=uids)
+    return await _ceiling(bench, pod_mix(pods, "w"), "kai-writes", "apiserver-kai-writes", jobs, groups=True)
 
 
-async def _ceiling(bench: Bench, plans: list[PodPlan], kind: str, name: str,
-                   jobs: Callable[[Arena, list[PodPlan], list[float]], list[Callable[[], Awaitable[None]]]], *,
-                   groups: bool = False, uids: dict[str, str] | None = None) -> dict[str, Any]:
-    """Pods made unscheduled (the gangs' PodGroups first with `groups`; their uids read into `uids`), then
-    `jobs` run BIND_PARALLEL at a time, each adding to `posted` the seconds it took up to its binding."""
+async def _ceiling(bench: Bench, plans: list[PodPlan], kind: str, name: str, jobs: Jobs, *,
+                   groups: bool = False) -> dict[str, Any]:
+    """Pods made unscheduled (the gangs' PodGroups first with `groups`), then `jobs` (given the pods' uids) run
+    BIND_PARALLEL at a time, each adding to `posted` the seconds it took up to its binding."""
     arena = await open_arena(bench, plans)
     try:
         if groups:
             await create_groups(bench, arena, plans)
         await create_pods(bench, arena, plans, "unscheduled")
-        if uids is not None:
-            items, _ = await bench.kube.list(k.PODS, namespace=arena.namespace)
-            uids.update({item["metadata"]["name"]: item["metadata"]["uid"] for item in items})
+        items, _ = await bench.kube.list(k.PODS, namespace=arena.namespace)
+        uids = {item["metadata"]["name"]: item["metadata"]["uid"] for item in items}
         watcher = Watcher(bench, arena)
         async with watcher as log:
             meter = Meter(bench)
             posted: list[float] = []
             began = time.monotonic()
-            await gather_bounded(BIND_PARALLEL, jobs(arena, plans, posted))
+            await gather_bounded(BIND_PARALLEL, jobs(arena, plans, uids, posted))
             answered = time.monotonic()
             await log.wait_for({p.name for p in plans}, bench.timeout_s)
             measured = meter.end(watcher.pid)
