@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from services.nodeagent.inventory import GpuProcess
 from services.nodeagent.procmap import ContainerRef
 from services.nodeagent.shares import ShareSpec
+from shoal.core.kai_labels import RESERVE_GPU_ANNOTATION
 
-RESERVE_ANNOTATION = "run.ai/reserve_for_gpu_index"
+RESERVE_ANNOTATION = RESERVE_GPU_ANNOTATION
 FAKE_DEVICES_ANNOTATION = "shoal.io/gpu-devices"
 
 

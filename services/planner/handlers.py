@@ -101,6 +101,7 @@ class Planner:
         started = time.perf_counter()
         if not capped_before and await self._idle_by_leases_read(shard):
             return False
+        # read again when that was not enough: a cycle plans on the snapshot read after the leases, never before
         inflight = await self.inflight.all(shard)  # before the snapshot, never after
         latest = await self.snapshots.read(shard)
         if latest is None or (not capped_before and self.progress.handled(shard, latest.revision, latest.chain)):

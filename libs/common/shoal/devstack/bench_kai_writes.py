@@ -22,11 +22,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from shoal.adapters import kube as k
-from shoal.core.kai_labels import GPU_GROUP_LABEL
+from shoal.core.kai_labels import GPU_GROUP_LABEL, RECEIVED_TYPE, RESERVE_GPU_ANNOTATION, gpu_group_labels
 from shoal.core.model import ANNOTATION_LAST_START, DEFAULT_RESERVATION_NAMESPACE
 from shoal.devstack.bench_pods import PodPlan, binding, podgroup_manifest
 
-RESERVE_ANNOTATION = "run.ai/reserve_for_gpu_index"  # the GPU id the node agent writes on a reservation pod
+SHARED_LABEL = "shoal.io/gpu-shared"  # the binder's mark on a fractional pod it binds (services/binder/kubeobjects.py)
 STAMP = "2026-01-01T00:00:00Z"
 
 
@@ -54,7 +54,7 @@ def reservation_writes(node: str, group: str) -> list[Write]:
                {"name": "reservation", "image": "registry.k8s.io/pause:3.10",
                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
     return [Write("create", k.PODS, ns, name, pod),
-            Write("patch", k.PODS, ns, name, {"metadata": {"annotations": {RESERVE_ANNOTATION: f"GPU-{group}"}}})]
+            Write("patch", k.PODS, ns, name, {"metadata": {"annotations": {RESERVE_GPU_ANNOTATION: f"GPU-{group}"}}})]
 
 
 def pod_writes(plan: PodPlan, namespace: str, *, node: str, uid: str, gpu_group: str | None) -> list[Write]:
@@ -72,8 +72,8 @@ def pod_writes(plan: PodPlan, namespace: str, *, node: str, uid: str, gpu_group:
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": namespace, **_owned_by(plan.name, uid)}, "data": data}))
         out.append(Write("patch", k.PODS, namespace, plan.name, {"metadata": {
-            "labels": {GPU_GROUP_LABEL: gpu_group, "shoal.io/gpu-shared": "true"},
-            "annotations": {"received-resource-type": "Fraction"}}}))
+            "labels": {**gpu_group_labels((gpu_group,)), SHARED_LABEL: "true"},
+            "annotations": {RECEIVED_TYPE: "Fraction"}}}))
     out.append(Write("create", k.PODS, namespace, plan.name, binding(namespace, plan.name, node), "binding"))
     out.append(Write("create", k.CORE_EVENTS, namespace, f"{plan.name}.scheduled", {
         "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{plan.name}.scheduled", "namespace": namespace},
