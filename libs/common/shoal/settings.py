@@ -159,6 +159,8 @@ class ServiceSettings(Section, frozen=True, kw_only=True):
         "INFO")
     topic_prefix: Annotated[str, doc("prepended to every topic name (tests, several stacks on one broker)")] = ""
     start_timeout_s: Annotated[PositiveFloat, doc("start-up waits this long for its dependencies (then exit 3)")] = 30.0
+    event_loop: Annotated[Literal["uvloop", "asyncio"], doc("the asyncio event loop: uvloop's (libuv), or the "
+                                                            "standard library's")] = "uvloop"
     kafka: KafkaSettings = KafkaSettings()
     redis: RedisSettings = RedisSettings()
     kube: KubeSettings = KubeSettings()

@@ -143,3 +143,44 @@ def test_a_started_service_keeps_what_it_imported_out_of_later_collections() -> 
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# A service of its own in a fresh interpreter: its app says which loop it started on, then stops itself (SIGTERM).
+LOOP_PROBE = """
+import asyncio, os, signal
+from aiohttp import web
+from shoal.adapters.startup import Service
+from shoal.settings import ServiceSettings
+
+def build(settings):
+    app = web.Application()
+
+    async def say(app):
+        print(type(asyncio.get_running_loop()).__module__, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    app.on_startup.append(say)
+    return app
+
+Service("probe", ServiceSettings, "__main__:build").main([])
+"""
+
+
+@pytest.mark.parametrize(("setting", "module"), [(None, "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")])
+def test_a_service_runs_on_the_event_loop_its_setting_names(tmp_path: Path, setting: str | None,
+                                                            module: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SHOAL_HTTP_PORT": "0", "SHOAL_LOG_LEVEL": "ERROR",
+           **({"SHOAL_EVENT_LOOP": setting} if setting else {})}
+    done = subprocess.run([sys.executable, "-c", LOOP_PROBE], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].split(".")[0] == module
+
+
+def test_an_unknown_event_loop_is_an_invalid_setting(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SHOAL_EVENT_LOOP", "trio")
+    with pytest.raises(SystemExit) as info:
+        script_module("shoal-planner").main([])
+    assert info.value.code == 2
+    assert "SHOAL_EVENT_LOOP" in capsys.readouterr().err

@@ -94,7 +94,8 @@ class Service(Generic[S]):
         settings = settings_or_exit(self.settings)
         configure_logging(self.name, settings.log_level)
         try:
-            asyncio.run(self._run(settings))
+            with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+                runner.run(self._run(settings))
         except NotReached as exc:
             print(f"{self.prog}: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_UNREACHABLE) from None
@@ -112,6 +113,18 @@ class Service(Generic[S]):
         app = build(settings)
         quiet_collector()
         await run_service(app, settings.http)
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a service runs on (`SHOAL_EVENT_LOOP`): uvloop's (libuv, its transports in C) by default;
+    None: the standard library's. py-spy at 50 pods/s had a fifth of the binder's samples in the standard loop's
+    epoll and socket writes; with uvloop the six services used 3-6 % less CPU for the same pods
+    (docs/benchmarks-e2e.md, "2026-12-07 (night)")."""
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
 
 
 # Objects allocated per young collection. CPython's 700 suits scripts; a service's steady work (a watch event
