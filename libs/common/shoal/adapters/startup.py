@@ -118,7 +118,7 @@ class Service(Generic[S]):
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop a service runs on (`SHOAL_EVENT_LOOP`): uvloop's (libuv, its transports in C) by default;
     None: the standard library's. py-spy at 50 pods/s had a fifth of the binder's samples in the standard loop's
-    epoll and socket writes; with uvloop the six services used 3-6 % less CPU for the same pods
+    epoll and socket writes; with uvloop the six services used about 5 % less CPU for the same pods
     (docs/benchmarks-e2e.md, "2026-12-07 (night)")."""
     if name == "uvloop":
         import uvloop
