@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from shoal.core.ingest import gpu_env
-from shoal.core.kai_labels import GPU_GROUP_LABEL, POD_GROUP_ANNOTATION, RESERVE_GPU_ANNOTATION
+from shoal.core.kai_labels import (
+    GPU_GROUP_LABEL,
+    GPU_SHARED_LABEL,
+    POD_GROUP_ANNOTATION,
+    RESERVE_GPU_ANNOTATION,
+)
 from shoal.core.model import (
     ANNOTATION_BIND_FAILURES,
     ANNOTATION_LAST_BIND_ERROR,
@@ -17,7 +22,7 @@ from shoal.core.plan_effects import gpus_text
 
 RESERVE_ANNOTATION = RESERVE_GPU_ANNOTATION
 RESERVATION_APP = "kai-resource-reservation"
-SHARED_LABEL = "shoal.io/gpu-shared"  # on every fractional pod the binder binds (reservation GC selects on it)
+SHARED_LABEL = GPU_SHARED_LABEL
 COMPONENT = "shoal-scheduler"
 RESERVATION_IMAGE = "registry.k8s.io/pause:3.10"
 

@@ -25,6 +25,7 @@ GPU_MEMORY_LIMIT = "gpu-memory-limit"
 NUM_DEVICES = "gpu-fraction-num-devices"
 RECEIVED_TYPE = "received-resource-type"  # written on bind: Regular | Fraction
 RESERVE_GPU_ANNOTATION = "run.ai/reserve_for_gpu_index"  # a reservation pod's GPU id, written on its node
+GPU_SHARED_LABEL = "shoal.io/gpu-shared"  # Shoal's mark on every fractional pod it binds (reservation GC selects on it)
 
 _GROUP_PREFIX = GPU_GROUP_LABEL + "/"
 

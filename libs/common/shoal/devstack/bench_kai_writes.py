@@ -22,11 +22,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from shoal.adapters import kube as k
-from shoal.core.kai_labels import GPU_GROUP_LABEL, RECEIVED_TYPE, RESERVE_GPU_ANNOTATION, gpu_group_labels
+from shoal.core.kai_labels import (
+    GPU_GROUP_LABEL,
+    GPU_SHARED_LABEL,
+    RECEIVED_TYPE,
+    RESERVE_GPU_ANNOTATION,
+    gpu_group_labels,
+)
 from shoal.core.model import ANNOTATION_LAST_START, DEFAULT_RESERVATION_NAMESPACE
 from shoal.devstack.bench_pods import PodPlan, binding, podgroup_manifest
 
-SHARED_LABEL = "shoal.io/gpu-shared"  # the binder's mark on a fractional pod it binds (services/binder/kubeobjects.py)
 STAMP = "2026-01-01T00:00:00Z"
 
 
@@ -72,7 +77,7 @@ def pod_writes(plan: PodPlan, namespace: str, *, node: str, uid: str, gpu_group:
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": namespace, **_owned_by(plan.name, uid)}, "data": data}))
         out.append(Write("patch", k.PODS, namespace, plan.name, {"metadata": {
-            "labels": {**gpu_group_labels((gpu_group,)), SHARED_LABEL: "true"},
+            "labels": {**gpu_group_labels((gpu_group,)), GPU_SHARED_LABEL: "true"},
             "annotations": {RECEIVED_TYPE: "Fraction"}}}))
     out.append(Write("create", k.PODS, namespace, plan.name, binding(namespace, plan.name, node), "binding"))
     out.append(Write("create", k.CORE_EVENTS, namespace, f"{plan.name}.scheduled", {
