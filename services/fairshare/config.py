@@ -29,4 +29,5 @@ class FairShareSettings(PlanningSettings, frozen=True, kw_only=True):
 
     def consumer_kafka(self) -> KafkaSettings:
         """The Kafka settings of the announcement consumer: the service's own fetch wait."""
-        return msgspec.structs.replace(self.kafka, fetch_max_wait_ms=self.fetch_wait_ms)
+        return msgspec.structs.replace(self.kafka, fetch_max_wait_ms=self.fetch_wait_ms,
+                                       idle_fetch_wait_ms=max(self.fetch_wait_ms, self.kafka.idle_fetch_wait_ms))

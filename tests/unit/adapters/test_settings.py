@@ -75,6 +75,14 @@ def test_every_invalid_value_is_listed_together() -> None:
     assert len(info.value.problems) >= 7
 
 
+def test_the_idle_fetch_wait_lies_between_the_short_wait_and_the_request_timeout() -> None:
+    assert load_settings(ServiceSettings, env={}).kafka.idle_fetch_wait_ms == 500
+    for value in ("20", "30000"):  # under fetch_max_wait_ms (50); not under request_timeout_ms (30,000)
+        with pytest.raises(ConfigError) as info:
+            load_settings(ServiceSettings, env={"SHOAL_KAFKA_IDLE_FETCH_WAIT_MS": value})
+        assert ["SHOAL_KAFKA_IDLE_FETCH_WAIT_MS" in problem for problem in info.value.problems] == [True]
+
+
 def test_invalid_settings_exit_with_status_2() -> None:
     code = (
         "from shoal.settings import ServiceSettings, settings_or_exit\n"

@@ -54,6 +54,7 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import ConsumerRecord
 from redis.exceptions import RedisError
 
+from shoal.adapters.kafka_fetch import adapt_fetch_wait
 from shoal.adapters.redis_client import redis_error
 from shoal.adapters.unfinished import Unfinished
 from shoal.errors import InvariantBroken, PermanentError, ShoalError, TransientError
@@ -389,6 +390,8 @@ class Consumer(Generic[T]):
             self._dlq = Publisher(s)
         try:
             await self._consumer.start()
+            if s.idle_fetch_wait_ms > s.fetch_max_wait_ms:
+                adapt_fetch_wait(self._consumer, idle_ms=s.idle_fetch_wait_ms)
             if self._own_dlq:
                 await self._dlq.start()
         except KafkaError as exc:

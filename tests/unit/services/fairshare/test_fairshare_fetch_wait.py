@@ -18,6 +18,10 @@ def test_the_consumer_waits_longer_than_the_latency_bound_ones_and_keeps_every_o
     assert consumer.fetch_max_wait_ms == 500
     assert consumer.bootstrap == "kafka:9092" and consumer.commit_interval_ms == settings.kafka.commit_interval_ms
     assert load_settings(FairShareSettings, {"SHOAL_FETCH_WAIT_MS": "250"}).consumer_kafka().fetch_max_wait_ms == 250
+    # a fetch for all its partitions never waits less than the others do
+    assert consumer.idle_fetch_wait_ms == 500
+    longer = load_settings(FairShareSettings, {"SHOAL_FETCH_WAIT_MS": "900"}).consumer_kafka()
+    assert (longer.fetch_max_wait_ms, longer.idle_fetch_wait_ms) == (900, 900)
 
 
 def test_the_service_consumes_announcements_with_its_own_fetch_wait(monkeypatch):
