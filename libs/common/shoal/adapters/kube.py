@@ -149,17 +149,20 @@ async def kube_call(operation: Callable[[], Awaitable[T]], *, idempotent: bool =
 
 
 def kubeconfig_path(settings: KubeSettings) -> Path | None:
-    """The kubeconfig file to use (settings, then $KUBECONFIG, then ~/.kube/config); None: in-cluster."""
+    """The kubeconfig file to use (settings, then $KUBECONFIG, then ~/.kube/config); None: in-cluster. One named
+    in the settings is the one used: when it is missing that is an error, never another cluster's kubeconfig."""
     if settings.in_cluster:
         return None
-    candidates = [settings.kubeconfig] if settings.kubeconfig else []
-    candidates += (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
+    if settings.kubeconfig:
+        named = Path(settings.kubeconfig).expanduser()
+        if not named.is_file():
+            raise ConfigError([f"SHOAL_KUBE_KUBECONFIG (or SHOAL_KUBECONFIG): {settings.kubeconfig} does not exist"])
+        return named
+    candidates = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
     candidates.append(str(Path.home() / ".kube" / "config"))
     for candidate in candidates:
         if candidate and Path(candidate).expanduser().is_file():
             return Path(candidate).expanduser()
-    if settings.kubeconfig:
-        raise ConfigError([f"SHOAL_KUBE_KUBECONFIG (or SHOAL_KUBECONFIG): {settings.kubeconfig} does not exist"])
     return None
 
 
