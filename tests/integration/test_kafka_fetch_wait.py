@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from shoal.adapters.kafka import Consumer, Delivery, Publisher, ensure_topics
-from shoal.adapters.kafka_fetch import WAIT_ATTRIBUTE, adapt_fetch_wait, asked_partitions
+from shoal.adapters.kafka_fetch import WAIT_ATTRIBUTE, asked_partitions
 from shoal.settings import KafkaSettings
 from tests.integration.test_kafka_bus import until
 
@@ -103,11 +103,3 @@ async def test_a_fetch_that_leaves_a_partition_out_keeps_the_short_wait(kafka: K
     partial = [wait for asked, wait in fetches if asked < PARTITIONS]
     assert partial and set(partial) == {50}, fetches
     assert got == list(range(count))
-
-
-async def test_a_fetcher_of_another_shape_keeps_the_fixed_wait() -> None:
-    class Other:
-        _fetcher = object()
-
-    assert adapt_fetch_wait(Other(), idle_ms=500) is False
-    assert adapt_fetch_wait(object(), idle_ms=500) is False

@@ -28,7 +28,10 @@ WAIT_ATTRIBUTE = "_max_wait_ms"  # FetchRequest's wait, in ms
 
 
 def _shape_known(fetcher: Any) -> bool:
-    probe = FetchRequest(0, 1, 1, 0, [])
+    try:  # older clients had one FetchRequest class per protocol version, built by the fetcher itself
+        probe = FetchRequest(0, 1, 1, 0, [])
+    except Exception:  # noqa: BLE001 - any other shape: keep the fixed wait
+        return False
     return callable(getattr(fetcher, "_get_actions_per_node", None)) and hasattr(probe, WAIT_ATTRIBUTE)
 
 
