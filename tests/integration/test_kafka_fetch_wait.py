@@ -103,3 +103,19 @@ async def test_a_fetch_that_leaves_a_partition_out_keeps_the_short_wait(kafka: K
     partial = [wait for asked, wait in fetches if asked < PARTITIONS]
     assert partial and set(partial) == {50}, fetches
     assert got == list(range(count))
+
+
+async def test_an_idle_wait_not_above_the_short_one_leaves_every_fetch_at_the_short_one(
+        kafka: KafkaSettings, topic_prefix: str) -> None:
+    topic = f"{topic_prefix}ticks.v1"
+    await ensure_topics(kafka, [topic], partitions=PARTITIONS)
+    raised = msgspec.structs.replace(kafka, fetch_max_wait_ms=800, idle_fetch_wait_ms=500)
+    fetches: list[tuple[int, int]] = []
+
+    async def handle(message: Tick, delivery: Delivery) -> None:
+        pass
+
+    consumer = Consumer(raised, [topic], group_id=f"{topic_prefix}g3", message_type=Tick, handler=handle)
+    async with running(consumer, fetches):
+        await until(lambda: len(fetches) >= 2)
+    assert {wait for _, wait in fetches} == {800}
