@@ -48,7 +48,7 @@ def build(settings: BinderSettings) -> web.Application:
             eviction_mode=settings.eviction_mode,
             reservation_grace_s=settings.reservation_grace_s, parallel=settings.parallel,
             queue_status_interval_s=settings.queue_status_interval_s,
-            sharing_mode_of=settings.mode_for)
+            sharing_mode_of=settings.mode_for, fraction_metadata=settings.fraction_metadata)
         return service.start_plan
 
     app = consumer_app("binder", settings, topics.PLANS, PlanIssued, binder, group_id=settings.group_id,

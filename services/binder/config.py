@@ -19,6 +19,10 @@ class BinderSettings(GpuSharingServiceSettings, frozen=True, kw_only=True):
     reservation_timeout_s: Annotated[float, doc("how long a reservation pod may take to get its GPU")] = 40.0
     eviction_mode: Annotated[Literal["evict", "delete"], doc("evict: the Eviction API (PDBs hold); delete: as KAI")] = (
         "evict")
+    fraction_metadata: Annotated[Literal["binding", "patch"], doc(
+        "how a fraction's labels and annotations reach the pod: binding: on its Binding, which the apiserver "
+        "copies (labels since v1.35; checked on the first fraction, patched where missing); patch: a pod patch "
+        "before the binding, as KAI (webhooks on pod updates see it)")] = "binding"
     group_id: Annotated[str, doc("Kafka consumer group (after the topic prefix)")] = "shoal-binder"
     reservation_sync_s: Annotated[float, doc("how often idle reservation pods are looked for")] = 10.0
     reservation_grace_s: Annotated[float, doc("a reservation pod younger than this is never released")] = 30.0

@@ -93,6 +93,7 @@ class Binder(Publishing, SharedGpus, Evictions):
     queue_status_interval_s: float = 1.0  # a queue's status written at most this often (`Writes.queue_statuses`)
     reservations: ReservationWatch | None = None  # GPU ids of reservation pods from a watch (None: read the pod)
     sharing_mode_of: Callable[[str], str] = lambda shard: DEFAULT_MODE  # SHOAL_[POOL_]GPU_SHARING_MODE(S)
+    fraction_metadata: str = "binding"  # binding | patch: how a fraction's labels reach it (`binding_metadata`)
     _events: dict[tuple, float] = field(default_factory=dict)
     _queue_status: dict[str, dict] = field(default_factory=dict)
     _queue_due: dict[str, dict] = field(default_factory=dict)
@@ -107,6 +108,7 @@ class Binder(Publishing, SharedGpus, Evictions):
     _leases: dict[str, dict] = field(default_factory=dict)  # plan id → its binds' leases, read at once
     _made: set[str] = field(default_factory=set)  # reservation pods made here and not yet seen by the watch
     _creating: dict[str, asyncio.Future] = field(default_factory=dict)  # reservation pod → its create under way
+    _labels_copied: asyncio.Future | None = None  # whether the apiserver copies a Binding's labels (the probe's)
 
     def __post_init__(self) -> None:
         self.bind_failures = BindFailures(self.kube)  # the bind back-off's count on the PodGroup
@@ -301,15 +303,9 @@ class Binder(Publishing, SharedGpus, Evictions):
                      lease=entry.plan_id if entry else None)
             return
         started = time.perf_counter()
-        namespace, name = ko.split(op.pod)
         try:
-            if op.gpu_groups:
-                # may wait for the node agent up to the reservation timeout
-                await self.prepare_fraction(op, self.sharing_mode_of(plan.shard))
-                if not await self._still_leased(plan, op):
-                    return  # the lease ran out meanwhile: a newer plan may have used these GPUs
-            await self.kube.create(k.PODS, ko.binding(op.pod, op.node, op.pod_group), namespace=namespace, name=name,
-                                   subresource="binding", answer=False)
+            if not await self._write_bind(plan, op):
+                return  # the lease ran out meanwhile: a newer plan may have used these GPUs
         except ConflictError:
             current = await self._get(k.PODS, op.pod)
             if current is not None and value_at(current, "spec", "nodeName") == op.node:
@@ -321,6 +317,26 @@ class Binder(Publishing, SharedGpus, Evictions):
             await self._bind_failed(plan, op, str(exc) or type(exc).__name__)
             return
         await self._bound(plan, op, started)
+
+    async def _write_bind(self, plan: PlanIssued, op: Bind) -> bool:
+        """A fraction's writes (`prepare_fraction`), then the binding, which carries the fraction's labels and
+        annotations unless they were patched (`binding_metadata`); False: not bound, the lease ran out."""
+        route, metadata, bound = "patch", None, False
+        namespace, name = ko.split(op.pod)
+        try:
+            if op.gpu_groups:
+                # may wait for the node agent up to the reservation timeout
+                route, metadata = await self.prepare_fraction(op, self.sharing_mode_of(plan.shard))
+                if not await self._still_leased(plan, op):
+                    return False
+            await self.kube.create(k.PODS, ko.binding(op.pod, op.node, op.pod_group,
+                                                      None if route == "patch" else metadata),
+                                   namespace=namespace, name=name, subresource="binding", answer=False)
+            bound = True
+        finally:
+            if route == "probe" and metadata is not None:
+                await self.settle_probe(op, metadata, bound)
+        return True
 
     async def _still_leased(self, plan: PlanIssued, op: Bind) -> bool:
         entry = await self.inflight.get(plan.shard, op.pod_uid)

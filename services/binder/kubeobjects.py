@@ -36,16 +36,23 @@ def split(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def binding(pod: str, node: str, pod_group: str = "") -> dict:
-    """The pod's Binding to `node`; with `pod_group` ("ns/name"), it also carries the pod-group-name annotation,
-    which the apiserver copies onto the pod in the same write: a bare pod bound before the podgrouper annotated
-    it needs no second write for it (the podgrouper finds it there)."""
+def binding(pod: str, node: str, pod_group: str = "", metadata: dict | None = None) -> dict:
+    """The pod's Binding to `node`. The apiserver copies a Binding's annotations (and, since v1.35, its labels)
+    onto the pod in the write that binds it: with `pod_group` ("ns/name") it carries the pod-group-name
+    annotation, so a bare pod bound before the podgrouper annotated it needs no second write for it (the
+    podgrouper finds it there); `metadata` ({"labels": …, "annotations": …}) a fraction's (`binding_metadata`)."""
     namespace, name = split(pod)
-    metadata: dict = {"name": name, "namespace": namespace}
+    labels = dict((metadata or {}).get("labels") or {})
+    annotations = dict((metadata or {}).get("annotations") or {})
     group = split(pod_group)[1]
     if group:
-        metadata["annotations"] = {POD_GROUP_ANNOTATION: group}
-    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+        annotations[POD_GROUP_ANNOTATION] = group
+    meta: dict = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 
 

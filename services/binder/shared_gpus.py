@@ -12,10 +12,10 @@ from prometheus_client import Counter
 
 from services.binder import fractions
 from services.binder import kubeobjects as ko
+from services.binder.binding_metadata import BindingMetadata, Route
 from services.binder.fractions import FractionRefused
 from services.binder.reservation_watch import ReservationWatch
 from services.binder.reservations import stale_reservations
-from services.binder.writes import Writes
 from shoal.adapters import kube as k
 from shoal.adapters.inflight import InFlight
 from shoal.core.fields import mapping
@@ -29,7 +29,7 @@ from shoal.logging import get_logger
 log = get_logger("services.binder")
 
 
-class SharedGpus(Writes):
+class SharedGpus(BindingMetadata):
     """Mixed into `Binder`, whose fields these are (with the writes it makes)."""
 
     kube: k.Kube
@@ -43,14 +43,16 @@ class SharedGpus(Writes):
     _creating: dict[str, asyncio.Future]
     _reservations: Counter
 
-    async def prepare_fraction(self, op: Bind, mode: str = DEFAULT_MODE) -> None:
+    async def prepare_fraction(self, op: Bind, mode: str = DEFAULT_MODE) -> tuple[Route, dict]:
         """Reservation pod per group (created once), then what the GPU sharing mode passes the GPU by (the GPU
-        ConfigMaps, or NvFractions' annotations: `fractions`) and the pod's labels and annotations."""
+        ConfigMaps, or NvFractions' annotations: `fractions`). Returns how the pod's labels and annotations go
+        (`binding_metadata`) and them: patched here already on the "patch" route; to be put on the binding on
+        the others (the "probe" route: the caller settles the probe once the binding is answered)."""
         if mode == DISABLED:
             raise FractionRefused(disabled_message(op.pod))
         # the pod is read while the node agent assigns the reservations' GPUs, from the apiserver's watch cache
         # (what it is read for, its containers and the annotations its owner gave it, were set at creation, which
-        # the planner saw); the ConfigMap and the pod's labels are independent writes, both done before the binding
+        # the planner saw); the ConfigMaps and the pod's patch are independent writes, all done before the binding
         *uuids, pod = await asyncio.gather(*(self.ensure_reservation(op.node, group, wait=True,
                                                                      compute_mode=op.compute_mode)
                                              for group in op.gpu_groups), self._get(k.PODS, op.pod, cached=True))
@@ -60,13 +62,19 @@ class SharedGpus(Writes):
         metadata = bound_pod_metadata(op)
         metadata["labels"][ko.SHARED_LABEL] = "true"  # the reservation pods' GC finds the pods that use them by it
         metadata["annotations"].update(fractions.pod_annotations(pod, op, uuids, mode))
-        writes = []
-        if fractions.uses_configmaps(mode):
-            capabilities, evar = ko.fraction_configmaps(pod, uuids, op.fraction or "",
-                                                        fractions.capabilities_extra(op, mode))
-            writes = [self._apply_configmap(capabilities), self._ensure_configmap(evar)]
-        await asyncio.gather(*writes, self.kube.patch(k.PODS, name, {"metadata": metadata}, namespace=namespace,
-                                                      answer=False))
+        configmaps = ko.fraction_configmaps(pod, uuids, op.fraction or "", fractions.capabilities_extra(op, mode)) \
+            if fractions.uses_configmaps(mode) else None
+        route = await self.metadata_route()  # after everything that may refuse the fraction
+        writes = [self._apply_configmap(configmaps[0]), self._ensure_configmap(configmaps[1])] if configmaps else []
+        if route == "patch":
+            writes.append(self.kube.patch(k.PODS, name, {"metadata": metadata}, namespace=namespace, answer=False))
+        try:
+            await asyncio.gather(*writes)
+        except BaseException:
+            if route == "probe":
+                await self.settle_probe(op, metadata, bound=False)
+            raise
+        return route, metadata
 
     async def ensure_reservation(self, node: str, group: str, *, wait: bool = False,
                                  compute_mode: str | None = None) -> str:

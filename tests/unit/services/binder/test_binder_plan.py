@@ -98,9 +98,9 @@ def plan_of(ops, plan_id="plan-1") -> PlanIssued:
                       ops=tuple(ops))
 
 
-def binder(kube, inflight, bus, seen=None, parallel=1) -> Binder:
+def binder(kube, inflight, bus, seen=None, parallel=1, **settings) -> Binder:
     return Binder(kube=kube, inflight=inflight, seen=seen or FakeSeen(), bus=bus, metrics=Metrics(),
-                  parallel=parallel)
+                  parallel=parallel, **settings)
 
 
 async def test_binds_do_not_wait_for_their_publishes_and_the_plan_is_marked_after_them():
@@ -247,6 +247,7 @@ async def test_a_fraction_whose_lease_ran_out_while_waiting_for_its_gpu_is_not_b
 
     async def slow_reservation(bind_op, mode="NonMemoryEnforced"):  # the node agent took longer than the lease: a newer plan may reuse the GPU
         inflight.entries.clear()
+        return "patch", {}
 
     b.prepare_fraction = slow_reservation
     await b.on_plan(plan_of([op]), DELIVERY)
