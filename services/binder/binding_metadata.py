@@ -71,7 +71,7 @@ class BindingMetadata(Writes):
         are patched on now); None when the pod could not be read (they are patched on all the same)."""
         namespace, name = ko.split(op.pod)
         try:
-            pod = await self.kube.get(k.PODS, name, namespace=namespace)
+            pod = await self._get(k.PODS, op.pod)  # None: gone
         except (PermanentError, TransientError, TimeoutError) as exc:
             log.info("binding_labels_unread", pod=op.pod, error=str(exc))
             pod = None

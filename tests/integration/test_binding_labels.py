@@ -79,10 +79,7 @@ async def bind_two_fractions(kube: Recording, namespace: str):
     """Two halves of one shared GPU (its reservation pod made with its GPU id, as the node agent leaves it), bound
     by one binder in two plans; returns the binder and the bound pods as read back."""
     group = f"g-{namespace}"
-    reservation = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": "", "namespace": namespace, "annotations": {RESERVE_GPU_ANNOTATION: "GPU-1"}},
-                   "spec": {"nodeName": "ghost", "containers": [{"name": "reservation", "image": "pause"}]}}
-    reservation["metadata"]["name"] = ko.reservation_name("ghost", group)
+    reservation = ko.reservation_pod("ghost", group, namespace, annotations={RESERVE_GPU_ANNOTATION: "GPU-1"})
     await kube.create(k.PODS, reservation, namespace=namespace)
     b = binder(kube, FakeInFlight({}), GatedBus(), parallel=4, reservation_namespace=namespace)
     b.bus.gate.set()
